@@ -1,0 +1,85 @@
+#include "atom/host/host_atom.h"
+
+#include <sched.h>
+#include <time.h>
+
+#include <chrono>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace purlin::atom {
+namespace {
+
+// Spin briefly, then yield, then sleep: ranks often outnumber cores on the host datapath.
+class Backoff {
+ public:
+  void pause() {
+    ++spins_;
+    if (spins_ < 64) return;
+    if (spins_ < 4096) {
+      sched_yield();
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  bool check_now() const { return (spins_ & 255) == 0; }
+
+ private:
+  std::uint64_t spins_ = 0;
+};
+
+}  // namespace
+
+Status HostAtom::wait(std::uint64_t* flag, std::uint64_t value) const {
+  std::atomic_ref<std::uint64_t> f(*flag);
+  if (f.load(std::memory_order_acquire) >= value) return Status::ok;
+  Backoff backoff;
+  const auto start = std::chrono::steady_clock::now();
+  while (f.load(std::memory_order_acquire) < value) {
+    backoff.pause();
+    if (!backoff.check_now()) continue;
+    if (guard_.failed && guard_.failed->load(std::memory_order_relaxed)) return Status::remote_error;
+    if (guard_.abort && guard_.abort->load(std::memory_order_relaxed)) {
+      if (guard_.failed) guard_.failed->store(true);
+      return fail(Status::remote_error, "wait ended: the communicator was aborted");
+    }
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited > guard_.timeout_s) {
+      if (guard_.failed) guard_.failed->store(true);
+      return fail(Status::remote_error,
+                  fmt::format("a peer did not answer within {:.0f} s (PURLIN_TIMEOUT): waiting for {} at {}, seen {}",
+                              guard_.timeout_s, value, static_cast<void*>(flag), f.load()));
+    }
+  }
+  return Status::ok;
+}
+
+void HostAtom::push(Packet* dst, const char* src, std::size_t bytes, std::uint64_t q) const {
+  std::size_t words = bytes / 8;
+  for (std::size_t i = 0; i < words; ++i) {
+    std::uint64_t v;
+    std::memcpy(&v, src + 8 * i, 8);
+    std::atomic_ref<std::uint64_t>(dst[i].data).store(v, std::memory_order_relaxed);
+    std::atomic_ref<std::uint64_t>(dst[i].flag).store(q, std::memory_order_release);
+  }
+  if (std::size_t tail = bytes % 8) {
+    std::uint64_t v = 0;
+    std::memcpy(&v, src + 8 * words, tail);
+    std::atomic_ref<std::uint64_t>(dst[words].data).store(v, std::memory_order_relaxed);
+    std::atomic_ref<std::uint64_t>(dst[words].flag).store(q, std::memory_order_release);
+  }
+}
+
+Status HostAtom::pull(char* dst, Packet* src, std::size_t bytes, std::uint64_t q) const {
+  std::size_t packets = (bytes + 7) / 8;
+  for (std::size_t i = 0; i < packets; ++i) {
+    PURLIN_TRY(wait(&src[i].flag, q));
+    std::uint64_t v = std::atomic_ref<std::uint64_t>(src[i].data).load(std::memory_order_relaxed);
+    std::size_t n = (i + 1) * 8 <= bytes ? 8 : bytes - i * 8;
+    std::memcpy(dst + 8 * i, &v, n);
+  }
+  return Status::ok;
+}
+
+}  // namespace purlin::atom

@@ -1,0 +1,67 @@
+// The TCP bootstrap behind ncclGetUniqueId: ranks rendezvous at a root whose address travels in the
+// 128-byte unique id, exchange their listening addresses, and then talk over a full mesh of TCP
+// connections (all-gather, barrier, point-to-point) for the life of the communicator.
+//
+// Every connection starts with a hello carrying the id's 64-bit secret; connections that do not
+// carry it, or send truncated or oversized messages, are dropped without disturbing the others.
+// Every blocking operation honours a deadline and an abort flag.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+
+namespace purlin {
+
+// Exactly NCCL_UNIQUE_ID_BYTES (128) bytes, trivially copyable.
+struct UniqueId {
+  std::uint64_t magic;      // kUniqueIdMagic: tells our ids from garbage
+  std::uint64_t secret;     // fresh random 64 bits per id: connections must present it
+  std::uint8_t addr[28];    // the root's sockaddr_in or sockaddr_in6
+  std::uint32_t addr_len;
+  std::uint8_t reserved[80];
+};
+static_assert(sizeof(UniqueId) == 128);
+inline constexpr std::uint64_t kUniqueIdMagic = 0x31304449'4e4c5250ull;  // "PRLNID01"
+
+// Creates an id and starts, in this process, the root service that ranks of this id rendezvous at
+// (it ends once all ranks of the id have met, or at its deadline). With NCCL_COMM_ID set, the id
+// holds that address instead and no service starts here: rank 0 starts it in Bootstrap::create.
+Status make_unique_id(UniqueId* out);
+
+class Bootstrap {
+ public:
+  // Rendezvous of `nranks` ranks at the id's root; returns once the mesh is connected.
+  // `abort` (may be null) is polled; when it becomes true the call fails with remote_error.
+  static Status create(const UniqueId& id, int rank, int nranks, const std::atomic<bool>* abort,
+                       std::unique_ptr<Bootstrap>* out);
+  ~Bootstrap();
+
+  int rank() const;
+  int nranks() const;
+
+  // Gathers `bytes` from every rank into `all` (nranks * bytes, rank order). `mine` may alias the
+  // rank's own slot of `all`.
+  Status all_gather(const void* mine, std::size_t bytes, void* all);
+  Status barrier();
+  // Ordered, reliable point-to-point messages (any size), matched by sequence per peer.
+  Status send(int peer, const void* data, std::size_t bytes);
+  Status recv(int peer, void* data, std::size_t bytes);
+
+  // Unblocks every operation in progress; all later operations fail with remote_error.
+  void abort();
+  // True once a peer's connection was lost (a dead peer), as seen by the last operation or by the
+  // liveness check.
+  bool peer_lost() const;
+
+  struct Impl;
+ private:
+  explicit Bootstrap(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace purlin

@@ -1,0 +1,119 @@
+#include "core/config.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "core/log.h"
+
+namespace purlin {
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+double parse_seconds(const char* name, const std::string& text, double fallback) {
+  if (text.empty()) return fallback;
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(v > 0)) {
+    log::warn("{}={} is not a positive number of seconds; using {}", name, text, fallback);
+    return fallback;
+  }
+  return v;
+}
+
+std::uint64_t bytes_or(const char* name, const std::string& text) {
+  if (text.empty()) return 0;
+  auto v = parse_bytes(text);
+  if (!v) {
+    log::warn("{}={} is not a byte size (e.g. 4096, 64K, 2M); ignored", name, text);
+    return 0;
+  }
+  return *v;
+}
+
+Config read_config() {
+  Config c;
+  c.debug = env("NCCL_DEBUG");
+  c.debug_subsys = env("NCCL_DEBUG_SUBSYS");
+  c.debug_file = env("NCCL_DEBUG_FILE");
+  c.comm_id = env("NCCL_COMM_ID");
+  c.socket_ifname = env("NCCL_SOCKET_IFNAME");
+  c.nvls_disabled = env("NCCL_NVLS_ENABLE") == "0";
+  c.nvls_requested = env("PURLIN_NVLS") == "1";
+
+  std::string dp = env("PURLIN_DATAPATH");
+  if (dp == "sm") c.datapath = DatapathChoice::sm;
+  else if (dp == "ce") c.datapath = DatapathChoice::ce;
+  else if (dp == "host") c.datapath = DatapathChoice::host;
+  else if (!dp.empty() && dp != "auto") log::warn("PURLIN_DATAPATH={} is not one of sm, ce, host, auto; ignored", dp);
+
+  c.timeout_s = parse_seconds("PURLIN_TIMEOUT", env("PURLIN_TIMEOUT"), c.timeout_s);
+  c.bootstrap_timeout_s = parse_seconds("PURLIN_BOOTSTRAP_TIMEOUT", env("PURLIN_BOOTSTRAP_TIMEOUT"), c.bootstrap_timeout_s);
+  c.host_id = env("PURLIN_HOST_ID");
+  c.chunk_bytes = bytes_or("PURLIN_CHUNK_BYTES", env("PURLIN_CHUNK_BYTES"));
+  c.staging_bytes = bytes_or("PURLIN_STAGING_BYTES", env("PURLIN_STAGING_BYTES"));
+  std::string lat = env("PURLIN_LATENCY_MAX_BYTES");
+  if (lat == "none" || lat == "0") c.latency_disabled = true;
+  else c.latency_max_bytes = bytes_or("PURLIN_LATENCY_MAX_BYTES", lat);
+  std::string slots = env("PURLIN_SLOTS");
+  if (!slots.empty()) {
+    int s = std::atoi(slots.c_str());
+    if (s >= 1 && s <= 64) c.slots = s;
+    else log::warn("PURLIN_SLOTS={} is not in 1..64; ignored", slots);
+  }
+  return c;
+}
+
+void log_config(const Config& c) {
+  log::info(log::kEnv, "Purlin {}: PURLIN_DATAPATH={} PURLIN_TIMEOUT={}s PURLIN_BOOTSTRAP_TIMEOUT={}s "
+            "NCCL_NVLS_ENABLE={} PURLIN_NVLS={}",
+            PURLIN_VERSION,
+            c.datapath == DatapathChoice::sm ? "sm" : c.datapath == DatapathChoice::ce ? "ce"
+            : c.datapath == DatapathChoice::host ? "host" : "auto",
+            c.timeout_s, c.bootstrap_timeout_s, c.nvls_disabled ? "0" : "(unset)", c.nvls_requested ? 1 : 0);
+  if (!c.comm_id.empty()) log::info(log::kEnv, "NCCL_COMM_ID set by environment to {}", c.comm_id);
+  if (!c.socket_ifname.empty()) log::info(log::kEnv, "NCCL_SOCKET_IFNAME set by environment to {}", c.socket_ifname);
+  if (!c.host_id.empty()) log::info(log::kEnv, "PURLIN_HOST_ID set by environment to {}", c.host_id);
+  if (c.chunk_bytes) log::info(log::kEnv, "PURLIN_CHUNK_BYTES set by environment to {}", c.chunk_bytes);
+  if (c.staging_bytes) log::info(log::kEnv, "PURLIN_STAGING_BYTES set by environment to {}", c.staging_bytes);
+  if (c.latency_disabled) log::info(log::kEnv, "PURLIN_LATENCY_MAX_BYTES=none: latency path disabled");
+  else if (c.latency_max_bytes) log::info(log::kEnv, "PURLIN_LATENCY_MAX_BYTES set by environment to {}", c.latency_max_bytes);
+  if (c.slots) log::info(log::kEnv, "PURLIN_SLOTS set by environment to {}", c.slots);
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> parse_bytes(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (end == text.c_str()) return std::nullopt;
+  std::uint64_t mult = 1;
+  if (*end) {
+    switch (*end) {
+      case 'k': case 'K': mult = 1ull << 10; break;
+      case 'm': case 'M': mult = 1ull << 20; break;
+      case 'g': case 'G': mult = 1ull << 30; break;
+      default: return std::nullopt;
+    }
+    ++end;
+    if (*end == 'B' || *end == 'b') ++end;
+    if (*end) return std::nullopt;
+  }
+  return static_cast<std::uint64_t>(v) * mult;
+}
+
+const Config& config() {
+  static const Config c = [] {
+    Config read = read_config();
+    log_config(read);
+    return read;
+  }();
+  return c;
+}
+
+}  // namespace purlin

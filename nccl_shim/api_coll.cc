@@ -1,0 +1,238 @@
+// The collective and point-to-point entry points: check, describe the call as partitions of the
+// user's buffers under the collective's declaration, hand it to the group.
+#include <cstring>
+
+#include "collectives/geometry.h"
+#include "nccl_shim/argcheck.h"
+#include "nccl_shim/group.h"
+#include "nccl_shim/shim.h"
+
+namespace purlin::shim {
+namespace {
+
+using snac::CollKind;
+using snac::Op;
+using snac::Part;
+
+// Shards of composed collectives start on 256-byte boundaries (vector-friendly on every datapath).
+constexpr std::uint64_t kShardAlignBytes = 256;
+
+char* at(const void* base, std::uint64_t elems, std::size_t es) {
+  return const_cast<char*>(static_cast<const char*>(base)) + elems * es;
+}
+
+// n parts of `count` elements each, back to back.
+std::vector<Part> even_parts(const void* base, std::size_t count, int n, std::size_t es) {
+  std::vector<Part> parts(static_cast<std::size_t>(n));
+  for (int k = 0; k < n; ++k) parts[k] = Part{at(base, static_cast<std::uint64_t>(k) * count, es), count * es};
+  return parts;
+}
+
+// The shards a composed collective splits `count` elements into.
+std::vector<Part> shard_parts(const void* base, std::size_t count, int n, std::size_t es) {
+  std::vector<Part> parts(static_cast<std::size_t>(n));
+  std::uint64_t align = std::max<std::uint64_t>(1, kShardAlignBytes / es);
+  for (int k = 0; k < n; ++k) {
+    coll::Span s = coll::uniform_split(count, n, k, align);
+    parts[k] = Part{at(base, s.offset, es), s.count * es};
+  }
+  return parts;
+}
+
+Op make_op(CollKind kind, DataType type, const ReduceOp& rop, int root) {
+  Op op;
+  op.kind = kind;
+  op.type = type;
+  op.op = rop;
+  op.root = root;
+  return op;
+}
+
+}  // namespace
+}  // namespace purlin::shim
+
+using namespace purlin;
+using namespace purlin::shim;
+
+NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  DataType t;
+  ReduceOp r;
+  CollCheck c{"ncclAllReduce", comm, sendbuff, recvbuff, count, datatype};
+  c.reduces = true;
+  c.op = op;
+  if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
+  if (count == 0) return ncclSuccess;
+  const int n = comm->nranks;
+  const std::size_t es = size_of(t);
+  Op o = make_op(snac::CollKind::all_reduce, t, r, -1);
+  o.in = shard_parts(sendbuff, count, n, es);
+  o.out = shard_parts(recvbuff, count, n, es);
+  o.mid_bytes = o.out[comm->rank].bytes;
+  return enqueue(comm, std::move(o), stream);
+}
+
+NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  DataType t;
+  ReduceOp r;
+  CollCheck c{"ncclBroadcast", comm, sendbuff, recvbuff, count, datatype};
+  c.rooted = true;
+  c.root = root;
+  c.send_needed = comm && is_live(comm) && comm->rank == root;
+  if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
+  if (count == 0) return ncclSuccess;
+  const int n = comm->nranks;
+  const std::size_t es = size_of(t);
+  Op o = make_op(snac::CollKind::broadcast, t, r, root);
+  o.in = comm->rank == root ? shard_parts(sendbuff, count, n, es) : std::vector<Part>(n, Part{nullptr, 0});
+  o.out = shard_parts(recvbuff, count, n, es);
+  o.mid_bytes = o.out[comm->rank].bytes;
+  return enqueue(comm, std::move(o), stream);
+}
+
+NCCL_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+         cudaStream_t stream) {
+  return pncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  DataType t;
+  ReduceOp r;
+  CollCheck c{"ncclReduce", comm, sendbuff, recvbuff, count, datatype};
+  c.reduces = true;
+  c.op = op;
+  c.rooted = true;
+  c.root = root;
+  c.recv_needed = comm && is_live(comm) && comm->rank == root;
+  if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
+  if (count == 0) return ncclSuccess;
+  const int n = comm->nranks;
+  const std::size_t es = size_of(t);
+  Op o = make_op(snac::CollKind::reduce, t, r, root);
+  o.in = shard_parts(sendbuff, count, n, es);
+  // Only the root keeps the result; elsewhere the output names sizes only.
+  o.out = shard_parts(comm->rank == root ? recvbuff : nullptr, count, n, es);
+  o.mid_bytes = o.out[comm->rank].bytes;
+  return enqueue(comm, std::move(o), stream);
+}
+
+NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount,
+         ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  DataType t;
+  ReduceOp r;
+  CollCheck c{"ncclAllGather", comm, sendbuff, recvbuff, sendcount, datatype};
+  c.recv_factor = comm && is_live(comm) ? comm->nranks : 1;
+  if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
+  if (sendcount == 0) return ncclSuccess;
+  const std::size_t es = size_of(t);
+  Op o = make_op(snac::CollKind::all_gather, t, r, -1);
+  o.in = {Part{at(sendbuff, 0, es), sendcount * es}};
+  o.out = even_parts(recvbuff, sendcount, comm->nranks, es);
+  return enqueue(comm, std::move(o), stream);
+}
+
+NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
+         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  DataType t;
+  ReduceOp r;
+  CollCheck c{"ncclReduceScatter", comm, sendbuff, recvbuff, recvcount, datatype};
+  c.reduces = true;
+  c.op = op;
+  c.send_factor = comm && is_live(comm) ? comm->nranks : 1;
+  if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
+  if (recvcount == 0) return ncclSuccess;
+  const std::size_t es = size_of(t);
+  Op o = make_op(snac::CollKind::reduce_scatter, t, r, -1);
+  o.in = even_parts(sendbuff, recvcount, comm->nranks, es);
+  o.out = {Part{at(recvbuff, 0, es), recvcount * es}};
+  return enqueue(comm, std::move(o), stream);
+}
+
+NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
+  DataType t;
+  ReduceOp r;
+  CollCheck c{"ncclAlltoAll", comm, sendbuff, recvbuff, count, datatype};
+  c.send_factor = c.recv_factor = comm && is_live(comm) ? comm->nranks : 1;
+  if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
+  if (count == 0) return ncclSuccess;
+  const std::size_t es = size_of(t);
+  Op o = make_op(snac::CollKind::all_to_all, t, r, -1);
+  const std::size_t bytes = count * es * comm->nranks;
+  const char* s = static_cast<const char*>(sendbuff);
+  const char* d = static_cast<const char*>(recvbuff);
+  if (s < d + bytes && d < s + bytes) {
+    // Overlapping buffers: partitions arrive in any order, so read the input from a private copy.
+    auto copy = std::shared_ptr<char[]>(new char[bytes]);
+    std::memcpy(copy.get(), sendbuff, bytes);
+    o.keep_alive = copy;
+    sendbuff = copy.get();
+  }
+  o.in = even_parts(sendbuff, count, comm->nranks, es);
+  o.out = even_parts(recvbuff, count, comm->nranks, es);
+  return enqueue(comm, std::move(o), stream);
+}
+
+NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  DataType t;
+  ReduceOp r;
+  CollCheck c{"ncclGather", comm, sendbuff, recvbuff, count, datatype};
+  c.rooted = true;
+  c.root = root;
+  c.recv_needed = comm && is_live(comm) && comm->rank == root;
+  c.recv_factor = comm && is_live(comm) ? comm->nranks : 1;
+  if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
+  if (count == 0) return ncclSuccess;
+  const std::size_t es = size_of(t);
+  Op o = make_op(snac::CollKind::gather, t, r, root);
+  o.in = {Part{at(sendbuff, 0, es), count * es}};
+  o.out = even_parts(comm->rank == root ? recvbuff : nullptr, count, comm->nranks, es);
+  return enqueue(comm, std::move(o), stream);
+}
+
+NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  DataType t;
+  ReduceOp r;
+  CollCheck c{"ncclScatter", comm, sendbuff, recvbuff, count, datatype};
+  c.rooted = true;
+  c.root = root;
+  c.send_needed = comm && is_live(comm) && comm->rank == root;
+  c.send_factor = comm && is_live(comm) ? comm->nranks : 1;
+  if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
+  if (count == 0) return ncclSuccess;
+  const std::size_t es = size_of(t);
+  Op o = make_op(snac::CollKind::scatter, t, r, root);
+  o.in = comm->rank == root ? even_parts(sendbuff, count, comm->nranks, es) : std::vector<Part>(comm->nranks, Part{nullptr, 0});
+  o.out = {Part{at(recvbuff, 0, es), count * es}};
+  return enqueue(comm, std::move(o), stream);
+}
+
+NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+         ncclComm_t comm, cudaStream_t stream) {
+  DataType t;
+  ReduceOp r;
+  CollCheck c{"ncclSend", comm, sendbuff, nullptr, count, datatype};
+  c.rooted = c.p2p = true;
+  c.root = peer;
+  c.recv_needed = false;
+  if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
+  if (count == 0) return ncclSuccess;
+  return enqueue_p2p(comm, snac::PeerOp{true, peer, at(sendbuff, 0, 1), count * size_of(t)}, stream);
+}
+
+NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+         cudaStream_t stream) {
+  DataType t;
+  ReduceOp r;
+  CollCheck c{"ncclRecv", comm, nullptr, recvbuff, count, datatype};
+  c.rooted = c.p2p = true;
+  c.root = peer;
+  c.send_needed = false;
+  if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
+  if (count == 0) return ncclSuccess;
+  return enqueue_p2p(comm, snac::PeerOp{false, peer, static_cast<char*>(recvbuff), count * size_of(t)}, stream);
+}

@@ -1,0 +1,119 @@
+// Errors, reduction operators and groups.
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/log.h"
+#include "nccl_shim/argcheck.h"
+#include "nccl_shim/group.h"
+#include "nccl_shim/shim.h"
+
+namespace purlin::shim {
+
+ncclResult_t fail(ncclComm* comm, ncclResult_t code, const std::string& message) {
+  purlin::fail(static_cast<Status>(code), message);
+  if (comm && is_live(comm)) {
+    std::lock_guard<std::mutex> g(comm->mutex);
+    comm->last_error = message;
+  }
+  return code;
+}
+
+ncclResult_t propagate(ncclComm* comm, Status s) {
+  if (comm && is_live(comm)) {
+    std::lock_guard<std::mutex> g(comm->mutex);
+    comm->last_error = last_error();
+  }
+  return to_nccl(s);
+}
+
+}  // namespace purlin::shim
+
+using namespace purlin;
+using namespace purlin::shim;
+
+NCCL_API(const char*, ncclGetErrorString, ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the Purlin developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+NCCL_API(const char*, ncclGetLastError, ncclComm_t comm) {
+  // Per thread, as NCCL: the message of the last failure on this thread. The comm's own copy serves
+  // a thread that did not see the failure itself.
+  thread_local std::string copy;
+  if (comm && is_live(comm)) {
+    std::lock_guard<std::mutex> g(comm->mutex);
+    if (!comm->last_error.empty()) {
+      copy = comm->last_error;
+      return copy.c_str();
+    }
+  }
+  copy = last_error();
+  return copy.c_str();
+}
+
+NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+         ncclScalarResidence_t residence, ncclComm_t comm) {
+  const char* fn = "ncclRedOpCreatePreMulSum";
+  if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess) return r;
+  if (op == nullptr) return fail(comm, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: op is NULL");
+  if (scalar == nullptr) return fail(comm, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: scalar is NULL");
+  if (static_cast<int>(datatype) < 0 || static_cast<int>(datatype) >= ncclNumTypes)
+    return fail(comm, ncclInvalidArgument, fmt::format("{}: invalid data type {}", fn, static_cast<int>(datatype)));
+  if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate)
+    return fail(comm, ncclInvalidArgument, fmt::format("{}: invalid residence {}", fn, static_cast<int>(residence)));
+  ncclComm::RedOpSlot slot;
+  slot.live = true;
+  slot.type = static_cast<DataType>(datatype);
+  slot.op.kind = RedOpKind::premulsum;
+  slot.op.nranks = comm->nranks;
+  if (residence == ncclScalarHostImmediate) std::memcpy(&slot.op.scalar_bits, scalar, size_of(slot.type));
+  else slot.op.scalar_ptr = scalar;
+  std::lock_guard<std::mutex> g(comm->mutex);
+  std::size_t index = 0;
+  while (index < comm->redops.size() && comm->redops[index].live) ++index;
+  if (index == comm->redops.size()) comm->redops.push_back(slot);
+  else comm->redops[index] = slot;
+  *op = static_cast<ncclRedOp_t>(ncclNumOps + static_cast<int>(index));
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
+  const char* fn = "ncclRedOpDestroy";
+  if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess) return r;
+  int o = static_cast<int>(op);
+  if (o < ncclNumOps)
+    return fail(comm, ncclInvalidArgument, fmt::format("{}: operator {} is built in, not user-created", fn, o));
+  std::lock_guard<std::mutex> g(comm->mutex);
+  std::size_t index = static_cast<std::size_t>(o - ncclNumOps);
+  if (index >= comm->redops.size() || !comm->redops[index].live) {
+    comm->mutex.unlock();
+    ncclResult_t r = fail(comm, ncclInvalidArgument, fmt::format("{}: operator {} does not exist (destroyed?)", fn, o));
+    comm->mutex.lock();
+    return r;
+  }
+  comm->redops[index].live = false;
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclGroupStart) { return group_start(); }
+NCCL_API(ncclResult_t, ncclGroupEnd) { return group_end(); }
+
+NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
+  if (simInfo == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclGroupSimulateEnd: simInfo is NULL");
+  if (simInfo->magic != 0x74685283 || simInfo->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float))
+    return fail(nullptr, ncclInvalidArgument, "ncclGroupSimulateEnd: simInfo not set up with NCCL_SIM_INFO_INITIALIZER");
+  float us = 0;
+  if (ncclResult_t r = group_simulate_end(&us); r != ncclSuccess) return r;
+  simInfo->estimatedTime = us;
+  return ncclSuccess;
+}

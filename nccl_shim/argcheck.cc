@@ -1,0 +1,68 @@
+#include "nccl_shim/argcheck.h"
+
+#include <cstdint>
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace purlin::shim {
+
+ncclResult_t check_comm(const char* fn, ncclComm_t comm) {
+  if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, fmt::format("{}: comm is NULL", fn));
+  if (!is_live(comm))
+    return fail(nullptr, ncclInvalidArgument,
+                fmt::format("{}: comm {} is not a live communicator (destroyed or corrupted)", fn,
+                            static_cast<const void*>(comm)));
+  int state = comm->async_error.load();
+  if (state == ncclInProgress)
+    return fail(comm, ncclInvalidUsage, fmt::format("{}: comm is still initialising (poll ncclCommGetAsyncError)", fn));
+  if (comm->revoked.load()) return fail(comm, ncclInvalidUsage, fmt::format("{}: comm was revoked", fn));
+  if (state != ncclSuccess)
+    return fail(comm, static_cast<ncclResult_t>(state),
+                fmt::format("{}: comm is in error state ({}); abort and re-create it", fn,
+                            ncclGetErrorString(static_cast<ncclResult_t>(state))));
+  return ncclSuccess;
+}
+
+ncclResult_t check_coll(const CollCheck& c, DataType* type, ReduceOp* op) {
+  if (ncclResult_t r = check_comm(c.fn, c.comm); r != ncclSuccess) return r;
+  ncclComm* comm = c.comm;
+  if (static_cast<int>(c.type) < 0 || static_cast<int>(c.type) >= ncclNumTypes)
+    return fail(comm, ncclInvalidArgument, fmt::format("{}: invalid data type {}", c.fn, static_cast<int>(c.type)));
+  *type = static_cast<DataType>(c.type);
+  if (c.rooted && (c.root < 0 || c.root >= comm->nranks))
+    return fail(comm, ncclInvalidArgument,
+                fmt::format("{}: invalid {} {} (nranks {})", c.fn, c.p2p ? "peer" : "root", c.root, comm->nranks));
+  if (c.reduces) {
+    int o = static_cast<int>(c.op);
+    if (o >= 0 && o < ncclNumOps) {
+      *op = ReduceOp{static_cast<RedOpKind>(o), 0, nullptr, comm->nranks};
+    } else {
+      std::lock_guard<std::mutex> g(comm->mutex);
+      std::size_t slot = static_cast<std::size_t>(o - ncclNumOps);
+      if (o < ncclNumOps || slot >= comm->redops.size() || !comm->redops[slot].live) {
+        return fail(comm, ncclInvalidArgument, fmt::format("{}: invalid reduction operator {}", c.fn, o));
+      }
+      if (comm->redops[slot].type != *type) {
+        return fail(comm, ncclInvalidArgument,
+                    fmt::format("{}: reduction operator {} was created for {}, not {}", c.fn, o,
+                                name_of(comm->redops[slot].type), name_of(*type)));
+      }
+      *op = comm->redops[slot].op;
+    }
+  }
+  const std::size_t es = size_of(*type);
+  const std::size_t big = std::max(c.send_factor, c.recv_factor);
+  if (c.count > std::numeric_limits<std::size_t>::max() / es / big)
+    return fail(comm, ncclInvalidArgument,
+                fmt::format("{}: count {} of {} overflows the byte size of the buffers", c.fn, c.count, name_of(*type)));
+  if (c.count > 0) {
+    if (c.send_needed && c.send == nullptr)
+      return fail(comm, ncclInvalidArgument, fmt::format("{}: sendbuff is NULL with count {}", c.fn, c.count));
+    if (c.recv_needed && c.recv == nullptr)
+      return fail(comm, ncclInvalidArgument, fmt::format("{}: recvbuff is NULL with count {}", c.fn, c.count));
+  }
+  return ncclSuccess;
+}
+
+}  // namespace purlin::shim

@@ -1,0 +1,38 @@
+// Argument checks of every entry point, in one place, with NCCL's codes and messages that name the
+// function and the offending value ("ncclAllReduce: invalid root 9 (nranks 8)").
+#pragma once
+
+#include <nccl.h>
+
+#include <cstddef>
+
+#include "core/types.h"
+#include "nccl_shim/shim.h"
+
+namespace purlin::shim {
+
+// A communicator that is live, initialised, not revoked and not failed.
+ncclResult_t check_comm(const char* fn, ncclComm_t comm);
+
+struct CollCheck {
+  const char* fn;
+  ncclComm_t comm;
+  const void* send;
+  const void* recv;
+  std::size_t count;
+  ncclDataType_t type;
+  bool reduces = false;        // takes an op
+  ncclRedOp_t op = ncclSum;
+  bool rooted = false;         // takes a root
+  int root = 0;
+  bool p2p = false;            // takes a peer (root holds it)
+  bool send_needed = true;     // a null send buffer with count > 0 is an error (on this rank)
+  bool recv_needed = true;
+  std::size_t send_factor = 1; // elements in the send buffer = count * send_factor
+  std::size_t recv_factor = 1;
+};
+
+// On success fills the element type and the reduction the datapath will apply.
+ncclResult_t check_coll(const CollCheck& c, DataType* type, ReduceOp* op);
+
+}  // namespace purlin::shim

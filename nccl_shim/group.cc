@@ -1,0 +1,100 @@
+#include "nccl_shim/group.h"
+
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/log.h"
+
+namespace purlin::shim {
+namespace {
+
+struct Batch {
+  ncclComm* comm;
+  cudaStream_t stream;
+  std::vector<snac::Op> ops;
+  std::vector<snac::PeerOp> p2p;
+};
+
+struct GroupState {
+  int depth = 0;
+  std::vector<Batch> batches;  // one per communicator, in order of first use
+};
+
+thread_local GroupState tls_group;
+
+Batch& batch_for(ncclComm* comm, cudaStream_t stream) {
+  for (Batch& b : tls_group.batches)
+    if (b.comm == comm) return b;
+  tls_group.batches.push_back(Batch{comm, stream, {}, {}});
+  return tls_group.batches.back();
+}
+
+ncclResult_t run_batch(Batch& b) {
+  Status s = b.comm->impl->execute(b.ops, b.p2p, b.stream);
+  if (s != Status::ok) {
+    b.comm->async_error.store(static_cast<int>(s));
+    return propagate(b.comm, s);
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t flush() {
+  std::vector<Batch> batches = std::move(tls_group.batches);
+  tls_group.batches.clear();
+  if (batches.empty()) return ncclSuccess;
+  if (batches.size() == 1) return run_batch(batches[0]);
+  // Several communicators (e.g. one per rank in this process): each waits for its peers, so they
+  // must run at the same time.
+  std::vector<ncclResult_t> results(batches.size(), ncclSuccess);
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < batches.size(); ++i)
+    threads.emplace_back([&, i] { results[i] = run_batch(batches[i]); });
+  for (auto& t : threads) t.join();
+  for (ncclResult_t r : results)
+    if (r != ncclSuccess) return r;
+  return ncclSuccess;
+}
+
+}  // namespace
+
+int group_depth() { return tls_group.depth; }
+
+ncclResult_t group_start() {
+  ++tls_group.depth;
+  return ncclSuccess;
+}
+
+ncclResult_t group_end() {
+  if (tls_group.depth == 0)
+    return fail(nullptr, ncclInvalidUsage, "ncclGroupEnd: not inside a group (ncclGroupStart missing)");
+  if (--tls_group.depth > 0) return ncclSuccess;
+  return flush();
+}
+
+ncclResult_t group_simulate_end(float* us) {
+  if (tls_group.depth == 0)
+    return fail(nullptr, ncclInvalidUsage, "ncclGroupSimulateEnd: not inside a group (ncclGroupStart missing)");
+  if (--tls_group.depth > 0) return ncclSuccess;
+  std::vector<Batch> batches = std::move(tls_group.batches);
+  tls_group.batches.clear();
+  // Communicators of a group run at the same time: the estimate is the slowest one's.
+  double worst = 0;
+  for (const Batch& b : batches) worst = std::max(worst, b.comm->impl->estimate_us(b.ops, b.p2p));
+  *us = static_cast<float>(worst);
+  return ncclSuccess;
+}
+
+ncclResult_t enqueue(ncclComm* comm, snac::Op op, cudaStream_t stream) {
+  batch_for(comm, stream).ops.push_back(std::move(op));
+  return tls_group.depth == 0 ? flush() : ncclSuccess;
+}
+
+ncclResult_t enqueue_p2p(ncclComm* comm, const snac::PeerOp& p, cudaStream_t stream) {
+  batch_for(comm, stream).p2p.push_back(p);
+  return tls_group.depth == 0 ? flush() : ncclSuccess;
+}
+
+}  // namespace purlin::shim

@@ -1,0 +1,147 @@
+#include "bench.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "nccl_check.h"
+#include "reference.h"
+
+namespace perf {
+namespace {
+
+ncclRedOp_t builtin_op(Op op) {
+  switch (op) {
+    case Op::prod: return ncclProd;
+    case Op::max: return ncclMax;
+    case Op::min: return ncclMin;
+    case Op::avg: return ncclAvg;
+    default: return ncclSum;  // sum, and the ignored argument of collectives that do not reduce
+  }
+}
+
+// The operator of one row: a built-in one, or a PreMulSum created on the communicator for the
+// row and destroyed after it.
+class RowOp {
+ public:
+  template <class T>
+  RowOp(Op op, ncclDataType_t type, ncclComm_t comm, T scalar) : comm_(comm), op_(builtin_op(op)) {
+    if (op != Op::premulsum) return;
+    check_nccl(ncclRedOpCreatePreMulSum(&op_, &scalar, type, ncclScalarHostImmediate, comm),
+               "ncclRedOpCreatePreMulSum", comm);
+    created_ = true;
+  }
+  ~RowOp() {
+    if (created_) ncclRedOpDestroy(op_, comm_);
+  }
+  RowOp(const RowOp&) = delete;
+  RowOp& operator=(const RowOp&) = delete;
+  ncclRedOp_t get() const { return op_; }
+
+ private:
+  ncclComm_t comm_;
+  ncclRedOp_t op_;
+  bool created_ = false;
+};
+
+// Host images of a call's buffers before it runs: the input, and the output poisoned with the
+// complement of the expected result wherever the input does not already occupy it, so an element
+// the library fails to write is always counted wrong.
+template <class T>
+struct Images {
+  std::vector<T> send;     // out of place: the send buffer
+  std::vector<T> recv;     // out of place: the receive buffer (empty when nothing is checked)
+  std::vector<T> inplace;  // in place: the one buffer
+};
+
+template <class T>
+Images<T> make_images(Placement placement, const Counts& c, std::vector<T> input,
+                      const std::vector<T>& expected, bool input_read) {
+  Images<T> images;
+  if (placement == kOutOfPlace) {
+    images.recv.resize(expected.size());
+    std::transform(expected.begin(), expected.end(), images.recv.begin(), complement<T>);
+    images.send = std::move(input);
+    return images;
+  }
+  images.inplace.resize(c.inplace_elements());
+  std::copy(input.begin(), input.end(), images.inplace.begin() + static_cast<std::ptrdiff_t>(c.inplace_send));
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const std::size_t at = c.inplace_recv + i;
+    const bool holds_input = input_read && at >= c.inplace_send && at < c.inplace_send + c.send;
+    if (!holds_input) images.inplace[at] = complement(expected[i]);
+  }
+  return images;
+}
+
+template <class T>
+void upload(Datapath& datapath, char* buffer, const std::vector<T>& image) {
+  datapath.upload(buffer, image.data(), image.size() * sizeof(T));
+}
+
+}  // namespace
+
+Bench::Bench(Datapath& datapath, ncclComm_t comm, int rank, int nranks, int iters, int warmup,
+             bool check)
+    : datapath_(datapath), comm_(comm), rank_(rank), nranks_(nranks), iters_(iters),
+      warmup_(warmup), check_(check) {}
+
+Measurement Bench::run(const RowSpec& spec) {
+  return visit_type(spec.type, [&](auto tag) { return run_typed<typename decltype(tag)::type>(spec); });
+}
+
+template <class T>
+Measurement Bench::run_typed(const RowSpec& spec) {
+  const Collective& coll = *spec.coll;
+  const Counts counts = coll.counts(spec.bytes / sizeof(T), nranks_, rank_);
+  const int root = std::max(spec.root, 0);
+  const bool input_read = coll.reads_input(rank_, root);
+  const bool output_written = coll.writes_output(rank_, root);
+  RowOp op(spec.op, spec.type, comm_, Element<T>::premul_scalar());
+  const CallArgs args{counts.param, spec.type, op.get(), root, rank_, nranks_, comm_, datapath_.stream()};
+
+  Measurement m;
+  for (Placement placement : {kOutOfPlace, kInPlace}) {
+    Reference<T> reference(coll, counts, spec.op, rank_, nranks_, root, mix(spec.seed + placement));
+    std::vector<T> expected = check_ ? reference.expected() : std::vector<T>{};
+    Images<T> images = make_images(placement, counts, reference.inputs(), expected, input_read);
+
+    // Out of place: two buffers. In place: one, holding the send and receive areas at nccl-tests'
+    // offsets.
+    const bool in_place = placement == kInPlace;
+    Buffer first(datapath_, (in_place ? counts.inplace_elements() : counts.send) * sizeof(T));
+    Buffer second(datapath_, (in_place ? 0 : counts.recv) * sizeof(T));
+    char* send = first.data() + (in_place ? counts.inplace_send * sizeof(T) : 0);
+    char* recv = in_place ? first.data() + counts.inplace_recv * sizeof(T) : second.data();
+    auto load = [&] {
+      if (in_place) {
+        upload(datapath_, first.data(), images.inplace);
+      } else {
+        upload(datapath_, send, images.send);
+        upload(datapath_, recv, images.recv);
+      }
+    };
+    auto call = [&] {
+      ncclResult_t result = coll.issue(send, recv, args);
+      if (result != ncclSuccess) {
+        check_nccl(result, std::string(coll.api) + " (count " + std::to_string(args.count) + ", " +
+                               name_of(spec.type) + ", " + name_of(spec.op) + ")", comm_);
+      }
+    };
+
+    load();
+    m.time_us[placement] = datapath_.time_calls(call, warmup_, iters_);
+
+    if (!check_) continue;
+    load();
+    call();  // every rank takes part, also those whose output is not checked
+    datapath_.finish();
+    if (!output_written) continue;
+    std::vector<T> got(expected.size());
+    datapath_.download(got.data(), recv, got.size() * sizeof(T));
+    m.wrong[placement] = count_wrong(got, expected);
+  }
+  return m;
+}
+
+}  // namespace perf

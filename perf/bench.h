@@ -1,0 +1,47 @@
+// One row of the table on one rank: time the call out of place and in place, then check each.
+#pragma once
+
+#include <nccl.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "collective.h"
+#include "datapath.h"
+#include "element.h"
+
+namespace perf {
+
+struct RowSpec {
+  const Collective* coll;
+  ncclDataType_t type;
+  Op op;               // Op::none for the collectives that do not reduce
+  int root;            // -1 for the collectives without a root
+  std::size_t bytes;   // the requested size (-b ... -e); the row's size column may be smaller
+  std::uint64_t seed;  // distinct per row, so every row checks fresh data
+};
+
+enum Placement { kOutOfPlace = 0, kInPlace = 1 };
+
+// What one rank measured; rank 0 combines these over the ranks.
+struct Measurement {
+  double time_us[2] = {0, 0};     // by Placement: average time per call
+  std::uint64_t wrong[2] = {0, 0};  // by Placement: wrong output elements (0 when not checked)
+};
+
+class Bench {
+ public:
+  Bench(Datapath& datapath, ncclComm_t comm, int rank, int nranks, int iters, int warmup,
+        bool check);
+  Measurement run(const RowSpec& spec);
+
+ private:
+  template <class T> Measurement run_typed(const RowSpec& spec);
+
+  Datapath& datapath_;
+  ncclComm_t comm_;
+  int rank_, nranks_, iters_, warmup_;
+  bool check_;
+};
+
+}  // namespace perf

@@ -1,0 +1,221 @@
+#include "report.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string_view>
+
+namespace perf {
+namespace {
+
+// `value` in at most `width` characters, with as many decimals (up to 2) as fit.
+std::string fit(double value, int width) {
+  char text[64];
+  for (int decimals = 2; decimals >= 0; --decimals) {
+    std::snprintf(text, sizeof text, "%*.*f", width, decimals, value);
+    if (static_cast<int>(std::strlen(text)) <= width) return text;
+  }
+  std::snprintf(text, sizeof text, "%*.1e", width, value);
+  if (static_cast<int>(std::strlen(text)) <= width) return text;
+  std::snprintf(text, sizeof text, "%*.0e", width, value);
+  return text;
+}
+
+std::string join_names(const std::vector<ncclDataType_t>& types) {
+  std::string text;
+  for (auto type : types) text += (text.empty() ? "" : " ") + std::string(name_of(type));
+  return text;
+}
+
+std::string join_names(const std::vector<Op>& ops) {
+  std::string text;
+  for (auto op : ops) text += (text.empty() ? "" : " ") + std::string(name_of(op));
+  return text;
+}
+
+// Column layout shared by the header and the rows.
+constexpr const char* kLeadFormat = "%12s  %12s  %8s  %6s  %6s";
+constexpr const char* kHeaderLeadFormat = "# %10s  %12s  %8s  %6s  %6s";  // same widths after "# "
+constexpr int kLeadWidth = 12 + 2 + 12 + 2 + 8 + 2 + 6 + 2 + 6;
+constexpr const char* kGroupFormat = "  %7s  %6s  %6s  %6s";
+constexpr int kGroupWidth = 2 + 7 + 2 + 6 + 2 + 6 + 2 + 6;
+
+std::string centered(std::string_view text, int width) {
+  int left = (width - static_cast<int>(text.size())) / 2;
+  std::string line(static_cast<std::size_t>(std::max(left, 0)), ' ');
+  line += text;
+  line.resize(static_cast<std::size_t>(width), ' ');
+  return line;
+}
+
+// ---- JSON --------------------------------------------------------------------------------------
+
+std::string json_string(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char escaped[8];
+          std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+          out += escaped;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string json_number(double value) {
+  if (!std::isfinite(value)) return "null";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", value);
+  return text;
+}
+
+}  // namespace
+
+Report::Report(const Options& options, int nranks, std::string datapath)
+    : options_(options), nranks_(nranks), datapath_(std::move(datapath)) {
+  if (!options_.json_path.empty()) {
+    json_ = std::fopen(options_.json_path.c_str(), "w");
+    if (json_ == nullptr) {
+      throw std::runtime_error("cannot open " + options_.json_path + ": " + std::strerror(errno));
+    }
+  }
+  int version = 0;
+  ncclGetVersion(&version);
+  std::printf("# purlin-perf: NCCL API %d.%d.%d, library version code %d\n", NCCL_MAJOR,
+              NCCL_MINOR, NCCL_PATCH, version);
+}
+
+Report::~Report() {
+  if (json_ != nullptr) std::fclose(json_);
+}
+
+void Report::begin_table(const Collective& coll) {
+  table_start_ = rows_.size();
+  const auto sizes = options_.sizes();
+  std::printf("#\n# Collective %s: ranks %d, datapath %s, type %s, op %s, root %s\n", coll.name,
+              nranks_, datapath_.c_str(), join_names(options_.types).c_str(),
+              coll.reduces ? join_names(options_.ops).c_str() : "none",
+              coll.rooted ? std::to_string(options_.root).c_str() : "none");
+  std::printf("# Sizes %zu to %zu bytes (factor %zu), iterations %d after %d warm-up, check %d, "
+              "graph %d\n#\n",
+              sizes.front(), sizes.back(), options_.step_factor, options_.iters,
+              options_.warmup_iters, options_.check ? 1 : 0, options_.graph ? 1 : 0);
+  std::string groups = "#" + std::string(kLeadWidth - 1, ' ') + centered("out-of-place", kGroupWidth) +
+                       centered("in-place", kGroupWidth);
+  groups.erase(groups.find_last_not_of(' ') + 1);
+  std::printf("%s\n", groups.c_str());
+  std::printf(kHeaderLeadFormat, "size", "count", "type", "redop", "root");
+  for (int i = 0; i < 2; ++i) std::printf(kGroupFormat, "time", "algbw", "busbw", "#wrong");
+  std::printf("  plan\n");
+  std::printf(kHeaderLeadFormat, "(B)", "(elements)", "", "", "");
+  std::printf(kGroupFormat, "(us)", "(GB/s)", "(GB/s)", "");
+  std::printf("  %7s  %6s  %6s\n", "(us)", "(GB/s)", "(GB/s)");
+  std::fflush(stdout);
+}
+
+void Report::add(const RowSpec& spec, const Measurement& combined, const std::string& plan) {
+  Row row;
+  row.spec = spec;
+  row.combined = combined;
+  row.plan = plan;
+  const std::size_t element = size_of(spec.type);
+  const Counts counts = spec.coll->counts(spec.bytes / element, nranks_, 0);
+  row.bytes = spec.coll->row_bytes(counts, element);
+  row.count = counts.param;
+  for (int p = 0; p < 2; ++p) {
+    const double seconds = combined.time_us[p] * 1e-6;
+    row.algbw[p] = seconds > 0 ? static_cast<double>(row.bytes) / 1e9 / seconds : 0.0;
+    row.busbw[p] = row.algbw[p] * spec.coll->bus_factor(nranks_);
+  }
+
+  std::printf(kLeadFormat, std::to_string(row.bytes).c_str(), std::to_string(row.count).c_str(),
+              name_of(spec.type), name_of(spec.op), std::to_string(spec.root).c_str());
+  for (int p = 0; p < 2; ++p) {
+    std::printf(kGroupFormat, fit(combined.time_us[p], 7).c_str(), fit(row.algbw[p], 6).c_str(),
+                fit(row.busbw[p], 6).c_str(),
+                options_.check ? std::to_string(combined.wrong[p]).c_str() : "N/A");
+  }
+  std::printf("  %s\n", row.plan.c_str());
+  std::fflush(stdout);
+  rows_.push_back(std::move(row));
+}
+
+void Report::end_table() {
+  if (options_.collectives.size() < 2 || rows_.size() == table_start_) return;
+  double sum = 0;
+  for (std::size_t i = table_start_; i < rows_.size(); ++i) sum += rows_[i].busbw[0] + rows_[i].busbw[1];
+  std::printf("# Avg bus bandwidth of %s: %g\n", rows_[table_start_].spec.coll->name,
+              sum / (2.0 * static_cast<double>(rows_.size() - table_start_)));
+}
+
+std::uint64_t Report::finish() {
+  // As nccl-tests: the average is over every row, out of place and in place.
+  std::uint64_t wrong = 0;
+  double busbw = 0;
+  for (const auto& row : rows_) {
+    wrong += row.combined.wrong[0] + row.combined.wrong[1];
+    busbw += row.busbw[0] + row.busbw[1];
+  }
+  if (!rows_.empty()) busbw /= 2.0 * static_cast<double>(rows_.size());
+  std::printf("#\n# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong),
+              wrong != 0 ? "FAILED" : "OK");
+  std::printf("# Avg bus bandwidth    : %g\n#\n", busbw);
+  std::fflush(stdout);
+  if (json_ != nullptr) write_json(wrong, busbw);
+  return wrong;
+}
+
+void Report::write_json(std::uint64_t wrong, double avg_busbw) {
+  int version = 0;
+  ncclGetVersion(&version);
+  std::string out = "{\n  \"tool\": \"purlin-perf\",\n";
+  out += "  \"nccl_header_version\": " + std::to_string(NCCL_VERSION_CODE) + ",\n";
+  out += "  \"nccl_library_version\": " + std::to_string(version) + ",\n";
+  out += "  \"args\": [";
+  for (std::size_t i = 0; i < options_.args.size(); ++i) {
+    out += (i ? ", " : "") + json_string(options_.args[i]);
+  }
+  out += "],\n  \"rows\": [";
+  for (std::size_t i = 0; i < rows_.size(); ++i) {
+    const Row& row = rows_[i];
+    out += i ? ",\n    {" : "\n    {";
+    out += "\"collective\": " + json_string(row.spec.coll->name);
+    out += ", \"ranks\": " + std::to_string(nranks_);
+    out += ", \"datapath\": " + json_string(datapath_);
+    out += ", \"size\": " + std::to_string(row.bytes);
+    out += ", \"count\": " + std::to_string(row.count);
+    out += ", \"type\": " + json_string(name_of(row.spec.type));
+    out += ", \"redop\": " + json_string(name_of(row.spec.op));
+    out += ", \"root\": " + std::to_string(row.spec.root);
+    out += ", \"iterations\": " + std::to_string(options_.iters);
+    out += ", \"warmup_iterations\": " + std::to_string(options_.warmup_iters);
+    out += ", \"graph\": " + std::to_string(options_.graph ? 1 : 0);
+    out += ", \"check\": " + std::to_string(options_.check ? 1 : 0);
+    for (int p = 0; p < 2; ++p) {
+      out += p == kOutOfPlace ? ", \"out_of_place\": {" : ", \"in_place\": {";
+      out += "\"time_us\": " + json_number(row.combined.time_us[p]);
+      out += ", \"algbw_gbps\": " + json_number(row.algbw[p]);
+      out += ", \"busbw_gbps\": " + json_number(row.busbw[p]);
+      out += ", \"wrong\": " + (options_.check ? std::to_string(row.combined.wrong[p]) : "null");
+      out += "}";
+    }
+    out += ", \"plan\": " + json_string(row.plan) + "}";
+  }
+  out += "\n  ],\n  \"out_of_bounds\": " + std::to_string(wrong);
+  out += ",\n  \"avg_busbw_gbps\": " + json_number(avg_busbw) + "\n}\n";
+  if (std::fwrite(out.data(), 1, out.size(), json_) != out.size() || std::fflush(json_) != 0) {
+    throw std::runtime_error("cannot write " + options_.json_path);
+  }
+}
+
+}  // namespace perf

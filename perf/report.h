@@ -1,0 +1,52 @@
+// Rank 0's output: the nccl-tests-style table on stdout and, with --json, every row as JSON.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench.h"
+#include "options.h"
+
+namespace perf {
+
+// One printed row: the spec, the measurements combined over ranks (maximum time, total wrong) and
+// the derived columns.
+struct Row {
+  RowSpec spec;
+  std::size_t bytes = 0;   // size column: the larger of the send and receive buffers
+  std::size_t count = 0;   // count column: the count argument of the call
+  Measurement combined;
+  double algbw[2] = {0, 0};  // GB/s, by Placement
+  double busbw[2] = {0, 0};
+  std::string plan;
+};
+
+class Report {
+ public:
+  // Opens the JSON file now, so a bad path fails before any measurement. Throws on error.
+  Report(const Options& options, int nranks, std::string datapath);
+  ~Report();
+  Report(const Report&) = delete;
+  Report& operator=(const Report&) = delete;
+
+  void begin_table(const Collective& coll);
+  // Computes the derived columns, prints the row and keeps it for the JSON file.
+  void add(const RowSpec& spec, const Measurement& combined, const std::string& plan);
+  void end_table();
+  // Prints the summary, writes the JSON file and returns the total of wrong elements.
+  std::uint64_t finish();
+
+ private:
+  void write_json(std::uint64_t wrong, double avg_busbw);
+
+  const Options& options_;
+  int nranks_;
+  std::string datapath_;
+  std::FILE* json_ = nullptr;
+  std::vector<Row> rows_;
+  std::size_t table_start_ = 0;  // index in rows_ of the current table's first row
+};
+
+}  // namespace perf

@@ -1,0 +1,165 @@
+#include "snac/communicator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "core/topology.h"
+
+namespace purlin::snac {
+
+Status Communicator::create(const UniqueId& id, int rank, int nranks, const Options& options,
+                            const std::atomic<bool>* abort, std::unique_ptr<Communicator>* out) {
+  std::unique_ptr<Communicator> comm(new Communicator());
+  comm->rank_ = rank;
+  comm->nranks_ = nranks;
+  comm->device_ = options.device;
+  PURLIN_TRY(Bootstrap::create(id, rank, nranks, abort, &comm->bootstrap_));
+
+  // Every rank must be on this host: the host datapath maps its peers' memory.
+  struct Hello {
+    std::uint64_t host;
+    std::uint64_t nonce;
+    std::int32_t pid;
+  } mine{host_id(), std::random_device{}() * 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(getpid()), getpid()};
+  std::vector<Hello> all(static_cast<std::size_t>(nranks));
+  PURLIN_TRY(comm->bootstrap_->all_gather(&mine, sizeof(Hello), all.data()));
+  for (int r = 0; r < nranks; ++r)
+    if (all[r].host != all[0].host)
+      return fail(Status::invalid_usage,
+                  fmt::format("ranks 0 and {} are on different hosts; a communicator across hosts needs the "
+                              "NCCL fallback, which this build does not offer yet", r));
+
+  ExecutorArgs args;
+  args.bootstrap = comm->bootstrap_.get();
+  args.tag = fmt::format("{:x}-{:x}", static_cast<unsigned>(all[0].pid), all[0].nonce);
+  args.device = options.device;
+  args.timeout_s = config().timeout_s;
+  args.policy = policy_for(DatapathKind::host, nranks);
+  comm->policy_ = args.policy;
+  PURLIN_TRY(make_host_executor(args, &comm->executor_));
+  PURLIN_TRY(comm->bootstrap_->barrier());
+  log::info(log::kInit, "comm rank {} nranks {} datapath {} ready", rank, nranks, comm->executor_->datapath());
+  *out = std::move(comm);
+  return Status::ok;
+}
+
+Communicator::~Communicator() = default;
+
+void Communicator::abort() {
+  aborted_.store(true);
+  if (executor_) executor_->abort();
+  if (bootstrap_) bootstrap_->abort();
+}
+
+Status Communicator::execute(const std::vector<Op>& ops, const std::vector<PeerOp>& p2p, void* stream) {
+  if (aborted_.load()) return fail(Status::remote_error, "the communicator was aborted or failed");
+  for (const Op& op : ops) {
+    Status s = executor_->execute(op, stream);
+    if (s != Status::ok) {
+      aborted_.store(true);
+      return s;
+    }
+  }
+  if (p2p.empty()) return Status::ok;
+  // Round k holds the k-th send and the k-th receive of every peer.
+  std::vector<int> sends(nranks_, 0), recvs(nranks_, 0);
+  std::vector<Op> rounds;
+  auto round = [&](int k) -> Op& {
+    while (static_cast<int>(rounds.size()) <= k) {
+      Op op;
+      op.kind = CollKind::send_recv;
+      op.in.assign(nranks_, Part{nullptr, 0});
+      op.out.assign(nranks_, Part{nullptr, 0});
+      rounds.push_back(std::move(op));
+    }
+    return rounds[k];
+  };
+  for (const PeerOp& p : p2p) {
+    if (p.send) round(sends[p.peer]++).in[p.peer] = Part{p.buf, p.bytes};
+    else round(recvs[p.peer]++).out[p.peer] = Part{p.buf, p.bytes};
+  }
+  for (const Op& op : rounds) {
+    Status s = executor_->execute(op, stream);
+    if (s != Status::ok) {
+      aborted_.store(true);
+      return s;
+    }
+  }
+  return Status::ok;
+}
+
+double Communicator::estimate_us(const std::vector<Op>& ops, const std::vector<PeerOp>& p2p) const {
+  const Policy& p = policy_;
+  double us = 0;
+  for (const Op& op : ops) {
+    std::uint64_t bytes = 0;
+    for (const Part& part : op.in) bytes += part.bytes;
+    for (const Part& part : op.out) bytes += part.bytes;
+    us += p.sim_us_per_op + static_cast<double>(bytes) / (p.sim_gbps * 1e3);
+  }
+  std::uint64_t bytes = 0;
+  for (const PeerOp& o : p2p) bytes += o.bytes;
+  if (!p2p.empty()) us += p.sim_us_per_op + static_cast<double>(bytes) / (p.sim_gbps * 1e3);
+  return us;
+}
+
+Status Communicator::distribute_id(const std::vector<int>& members, UniqueId* id) {
+  if (members.front() == rank_) {
+    PURLIN_TRY(make_unique_id(id));
+    for (std::size_t i = 1; i < members.size(); ++i) PURLIN_TRY(bootstrap_->send(members[i], id, sizeof(*id)));
+  } else {
+    PURLIN_TRY(bootstrap_->recv(members.front(), id, sizeof(*id)));
+  }
+  return Status::ok;
+}
+
+Status Communicator::split(int color, int key, const Options& options, std::unique_ptr<Communicator>* out) {
+  struct Entry {
+    std::int32_t color, key, rank;
+  } mine{color, key, rank_};
+  std::vector<Entry> all(static_cast<std::size_t>(nranks_));
+  PURLIN_TRY(bootstrap_->all_gather(&mine, sizeof(Entry), all.data()));
+  out->reset();
+  if (color < 0) return Status::ok;
+  std::vector<Entry> group;
+  for (const Entry& e : all)
+    if (e.color == color) group.push_back(e);
+  std::stable_sort(group.begin(), group.end(),
+                   [](const Entry& a, const Entry& b) { return a.key != b.key ? a.key < b.key : a.rank < b.rank; });
+  std::vector<int> members;
+  int new_rank = 0;
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    members.push_back(group[i].rank);
+    if (group[i].rank == rank_) new_rank = static_cast<int>(i);
+  }
+  // The first member by parent rank hands out the id, so it never depends on the keys.
+  std::vector<int> by_rank = members;
+  std::sort(by_rank.begin(), by_rank.end());
+  UniqueId id{};
+  PURLIN_TRY(distribute_id(by_rank, &id));
+  return create(id, new_rank, static_cast<int>(members.size()), options, &aborted_, out);
+}
+
+Status Communicator::shrink(const std::vector<int>& excluded, const Options& options,
+                            std::unique_ptr<Communicator>* out) {
+  std::vector<int> members;
+  int new_rank = -1;
+  for (int r = 0; r < nranks_; ++r) {
+    if (std::find(excluded.begin(), excluded.end(), r) != excluded.end()) continue;
+    if (r == rank_) new_rank = static_cast<int>(members.size());
+    members.push_back(r);
+  }
+  if (new_rank < 0) return fail(Status::invalid_argument, fmt::format("ncclCommShrink: rank {} excludes itself", rank_));
+  UniqueId id{};
+  PURLIN_TRY(distribute_id(members, &id));
+  return create(id, new_rank, static_cast<int>(members.size()), options, nullptr, out);
+}
+
+}  // namespace purlin::snac

@@ -1,0 +1,38 @@
+// What a datapath offers SNAC's callers: run one collective of this rank, stop everything on abort.
+// Each datapath binds the protocol templates to its Atom in one executor file.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/bootstrap.h"
+#include "core/status.h"
+#include "snac/op.h"
+#include "snac/policy.h"
+
+namespace purlin::snac {
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  // Runs `op` for this rank; returns when it is complete (host) or enqueued on the stream (GPU).
+  virtual Status execute(const Op& op, void* stream) = 0;
+  // Any thread: makes every wait of this executor end with an error.
+  virtual void abort() = 0;
+  virtual const char* datapath() const = 0;
+  // The plan name of the last op executed, e.g. "AllReduce_RSxPull_AGxPull" (logs, benchmarks).
+  virtual std::string last_plan() const = 0;
+};
+
+struct ExecutorArgs {
+  Bootstrap* bootstrap = nullptr;  // for exchanging memory handles at creation
+  std::string tag;                 // unique per communicator, names shared resources
+  Policy policy;
+  int device = -1;
+  double timeout_s = 300.0;
+};
+
+// The host datapath: ranks on one host share POSIX shared memory; threads stand in for CTAs.
+Status make_host_executor(const ExecutorArgs& args, std::unique_ptr<Executor>* out);
+
+}  // namespace purlin::snac

@@ -1,0 +1,193 @@
+// The host datapath bound to SNAC: windows in POSIX shared memory, the protocol's roles on threads.
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "atom/host/host_atom.h"
+#include "core/log.h"
+#include "core/shm.h"
+#include "snac/dispatch.h"
+#include "snac/executor.h"
+#include "snac/protocol.h"
+
+namespace purlin::snac {
+namespace {
+
+// A thread that runs one job at a time, standing in for a group of CTAs of one role.
+class Worker {
+ public:
+  Worker() : thread_([this] { loop(); }) {}
+  ~Worker() {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void post(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      job_ = std::move(job);
+      done_ = false;
+    }
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> l(m_);
+    cv_.wait(l, [this] { return done_; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> l(m_);
+    for (;;) {
+      cv_.wait(l, [this] { return stop_ || job_; });
+      if (stop_) return;
+      auto job = std::move(job_);
+      job_ = nullptr;
+      l.unlock();
+      job();
+      l.lock();
+      done_ = true;
+      cv_.notify_all();
+    }
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::function<void()> job_;
+  bool done_ = true;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+class HostExecutor final : public Executor {
+ public:
+  Status init(const ExecutorArgs& args) {
+    Bootstrap& boot = *args.bootstrap;
+    policy_ = args.policy;
+    timeout_s_ = args.timeout_s;
+    const int n = boot.nranks(), me = boot.rank();
+    if (n > kMaxRanks)
+      return fail(Status::invalid_usage, fmt::format("the host datapath serves at most {} ranks (asked for {})", kMaxRanks, n));
+    geo_ = WindowGeometry::make(n, policy_.staging_half, policy_.packets_per_pair);
+    segments_.resize(n);
+    PURLIN_TRY(ShmSegment::create(segment_name(args.tag, me), geo_.total, &segments_[me]));
+    PURLIN_TRY(boot.barrier());
+    for (int r = 0; r < n; ++r)
+      if (r != me) PURLIN_TRY(ShmSegment::open(segment_name(args.tag, r), geo_.total, &segments_[r]));
+    PURLIN_TRY(boot.barrier());
+    segments_[me].unlink();  // every peer has it mapped: leave nothing behind in /dev/shm
+    windows_.resize(n);
+    for (int r = 0; r < n; ++r) windows_[r] = Window::at(segments_[r].data(), geo_);
+    state_ = std::make_unique<LocalState>();
+    *state_ = LocalState{};
+    scratch_.resize(static_cast<std::size_t>(n + 1) * policy_.latency_max_bytes + 64);
+    ctx_.rank = me;
+    ctx_.nranks = n;
+    ctx_.geo = geo_;
+    ctx_.win = windows_.data();
+    ctx_.state = state_.get();
+    ctx_.scratch = scratch_.data();
+    ctx_.latency_max = policy_.latency_max_bytes;
+    ctx_.chunk_cap = policy_.chunk_bytes;
+    ctx_.slots = policy_.slots;
+    log::info(log::kInit | log::kShm, "host datapath: rank {}/{} window {} B in shared memory, policy {}", me, n,
+              geo_.total, policy_.name);
+    return Status::ok;
+  }
+
+  Status execute(const Op& op, void*) override {
+    if (abort_.load()) return fail(Status::remote_error, "the communicator was aborted");
+    Call call = op.call();
+    return dispatch(op.kind, [&]<class D>() { return run<D>(call, name_of(op.kind)); });
+  }
+
+  void abort() override { abort_.store(true); }
+  const char* datapath() const override { return "host"; }
+  std::string last_plan() const override {
+    std::lock_guard<std::mutex> g(plan_m_);
+    return last_plan_;
+  }
+
+ private:
+  static std::string segment_name(const std::string& tag, int rank) { return fmt::format("/purlin-{}-{}", tag, rank); }
+
+  template <class D>
+  Status run(const Call& call, const char* name) {
+    std::atomic<bool> failed{false};
+    atom::WaitGuard guard{&abort_, &failed, timeout_s_};
+    atom::HostAtom atom(call.type, call.op, guard);
+    PURLIN_TRY(begin_call(atom, ctx_));
+    constexpr int roles = role_count<D>();
+    Status status[roles];
+    const bool latency = all_latency<D>(ctx_, call);
+    {
+      std::lock_guard<std::mutex> g(plan_m_);
+      last_plan_ = plan_name<D>(name, latency);
+    }
+    if (latency) {
+      // Stage never waits on this call's consumers, so the roles may run in order on this thread.
+      for (int r = 0; r < roles; ++r) {
+        status[r] = run_role<D>(atom, ctx_, call, static_cast<Role>(r));
+        if (status[r] != Status::ok) break;
+      }
+    } else {
+      for (int r = 1; r < roles; ++r) {
+        workers_[r - 1].post([&, r] {
+          atom::HostAtom a(call.type, call.op, guard);
+          status[r] = run_role<D>(a, ctx_, call, static_cast<Role>(r));
+          if (status[r] != Status::ok) failed.store(true);
+        });
+      }
+      status[0] = run_role<D>(atom, ctx_, call, Role::stage);
+      if (status[0] != Status::ok) failed.store(true);
+      for (int r = 1; r < roles; ++r) workers_[r - 1].wait();
+    }
+    for (Status s : status)
+      if (s != Status::ok) {
+        abort_.store(true);  // the protocol state is no longer consistent across ranks
+        return s;
+      }
+    end_call(ctx_);
+    return Status::ok;
+  }
+
+  template <class D>
+  static std::string plan_name(const char* name, bool latency) {
+    const char* how = latency ? "LLxPush" : "StagedxPull";
+    if constexpr (D::composed) return fmt::format("{}_{}_{}", name, how, how);
+    else return fmt::format("{}_{}", name, how);
+  }
+
+  Policy policy_;
+  double timeout_s_ = 300.0;
+  WindowGeometry geo_{};
+  std::vector<ShmSegment> segments_;
+  std::vector<Window> windows_;
+  std::unique_ptr<LocalState> state_;
+  std::vector<char> scratch_;
+  Context ctx_{};
+  std::atomic<bool> abort_{false};
+  Worker workers_[2];
+  mutable std::mutex plan_m_;
+  std::string last_plan_;
+};
+
+}  // namespace
+
+Status make_host_executor(const ExecutorArgs& args, std::unique_ptr<Executor>* out) {
+  auto exec = std::make_unique<HostExecutor>();
+  PURLIN_TRY(exec->init(args));
+  *out = std::move(exec);
+  return Status::ok;
+}
+
+}  // namespace purlin::snac

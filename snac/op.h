@@ -1,0 +1,49 @@
+// One collective handed to SNAC: which declaration, and the run-time values (buffers split into
+// partitions, type, reduction, root). The shim fills it; an executor runs it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/types.h"
+#include "snac/call.h"
+
+namespace purlin::snac {
+
+enum class CollKind : int {
+  all_reduce,
+  broadcast,
+  reduce,
+  all_gather,
+  reduce_scatter,
+  all_to_all,
+  gather,
+  scatter,
+  send_recv,
+};
+const char* name_of(CollKind k);
+
+struct Op {
+  CollKind kind = CollKind::all_reduce;
+  int root = -1;
+  DataType type = DataType::uint8;
+  ReduceOp op{};
+  std::vector<Part> in;     // scattered input: nranks parts; packed: 1
+  std::vector<Part> out;    // scattered/transposed output: nranks parts; packed: 1
+  std::uint64_t mid_bytes = 0;
+  std::shared_ptr<void> keep_alive;  // a private copy of the input the call reads, if any
+
+  Call call() const {
+    Call c;
+    c.root = root;
+    c.type = type;
+    c.op = op;
+    c.in = in.data();
+    c.out = out.data();
+    c.mid_bytes = mid_bytes;
+    return c;
+  }
+};
+
+}  // namespace purlin::snac

@@ -1,0 +1,67 @@
+#include "snac/policy.h"
+
+#include <algorithm>
+
+#include "core/config.h"
+#include "core/log.h"
+
+namespace purlin::snac {
+
+const char* name_of(DatapathKind d) {
+  switch (d) {
+    case DatapathKind::host: return "host";
+    case DatapathKind::sm: return "sm";
+    case DatapathKind::ce: return "ce";
+  }
+  return "?";
+}
+
+namespace {
+
+struct TableEntry {
+  DatapathKind datapath;
+  const char* name;
+  std::uint64_t staging_half;
+  std::uint64_t chunk_bytes;
+  int slots;
+  std::uint64_t latency_max_bytes;
+  double sim_us_per_op;
+  double sim_gbps;
+};
+
+// Defaults. The host datapath favours few, large chunks: every notification costs a scheduler
+// round trip when ranks outnumber cores.
+constexpr TableEntry kTable[] = {
+    {DatapathKind::host, "host/default", 4u << 20, 512u << 10, 4, 8u << 10, 20.0, 5.0},
+    {DatapathKind::sm, "sm/default", 8u << 20, 256u << 10, 4, 16u << 10, 5.0, 1000.0},
+    {DatapathKind::ce, "ce/default", 8u << 20, 1u << 20, 4, 0, 10.0, 1000.0},
+};
+
+}  // namespace
+
+Policy policy_for(DatapathKind datapath, int nranks) {
+  const TableEntry* e = &kTable[0];
+  for (const auto& entry : kTable)
+    if (entry.datapath == datapath) e = &entry;
+  Policy p;
+  p.name = e->name;
+  p.staging_half = e->staging_half;
+  p.chunk_bytes = e->chunk_bytes;
+  p.slots = e->slots;
+  p.latency_max_bytes = e->latency_max_bytes;
+  p.sim_us_per_op = e->sim_us_per_op;
+  p.sim_gbps = e->sim_gbps;
+  const Config& c = config();
+  if (c.staging_bytes) p.staging_half = std::max<std::uint64_t>(c.staging_bytes / 2, 4096);
+  if (c.chunk_bytes) p.chunk_bytes = std::max<std::uint64_t>(c.chunk_bytes, 256);
+  if (c.slots) p.slots = c.slots;
+  if (c.latency_disabled) p.latency_max_bytes = 0;
+  else if (c.latency_max_bytes) p.latency_max_bytes = c.latency_max_bytes;
+  p.packets_per_pair = std::max<std::uint64_t>((p.latency_max_bytes + 7) / 8, 1);
+  if (c.staging_bytes || c.chunk_bytes || c.slots || c.latency_disabled || c.latency_max_bytes) p.name += "+env";
+  log::info(log::kTune, "policy {} for {} ranks: staging {} B x2, chunk {} B, {} slots, latency path up to {} B",
+            p.name, nranks, p.staging_half, p.chunk_bytes, p.slots, p.latency_max_bytes);
+  return p;
+}
+
+}  // namespace purlin::snac

@@ -1,0 +1,29 @@
+// Codesign policies are data: for a datapath and a regime, how big the chunks are, how many slots a
+// lane's ring has, how much staging a rank exposes and where the latency path hands over to the
+// throughput path. The table gives defaults per datapath; PURLIN_* variables override single entries.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace purlin::snac {
+
+enum class DatapathKind { host, sm, ce };
+const char* name_of(DatapathKind d);
+
+struct Policy {
+  std::string name;                    // e.g. "host/default", logged at INFO
+  std::uint64_t staging_half = 0;      // bytes of one staging half per rank
+  std::uint64_t chunk_bytes = 0;       // largest chunk of the throughput path
+  int slots = 0;                       // ring depth per lane
+  std::uint64_t latency_max_bytes = 0; // per pair message; above it the throughput path serves
+  std::uint64_t packets_per_pair = 0;  // latency buffer per (phase, producer, parity), in packets
+  int workers = 1;                     // threads (host) or CTAs (GPU) per role
+  double sim_us_per_op = 0;            // ncclGroupSimulateEnd's cost model: fixed cost per op
+  double sim_gbps = 0;                 // and bytes (read + written) per second
+};
+
+// The policy for a datapath and rank count, with environment overrides applied.
+Policy policy_for(DatapathKind datapath, int nranks);
+
+}  // namespace purlin::snac

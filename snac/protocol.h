@@ -1,0 +1,473 @@
+// Stage, Notify, And Consume, written once over the Atom and the declaration.
+//
+// Every (producer, consumer, phase) pair carries a sequence of messages numbered 1, 2, 3, ... that
+// both ends count in their LocalState (tx at the producer, rx at the consumer); the number doubles
+// as the notification value, so a wait is always "at least q", never a reset.
+//
+//  - Latency path (a pair's message up to Context::latency_max bytes): the producer pushes 16-byte
+//    packets {8 data bytes, q} into the consumer's packet buffer of parity q % 2; stage and notify
+//    are one store. Before reusing a parity it waits for the consumer's ack of message q - 2.
+//  - Throughput path: the producer copies its contribution chunk by chunk into a ring of slots in its
+//    own staging (half chosen by its call parity) and notifies each consumer with q; consumers pull
+//    from the producer's staging and ack q into the producer's window. Slot j is reused for chunk
+//    j + slots only after every consumer acked chunk j.
+//
+// The layouts decide, at compile time, who produces, who consumes and what goes where:
+//  - a scattered input offers partition k to rank k only; a packed input offers itself to every
+//    consumer (or to the root alone when the root consumes);
+//  - a packed reduce output folds producers in rank order 0..n-1, chunk by chunk; scattered and
+//    transposed outputs copy producer s into partition s.
+//
+// Roles (threads on the host, groups of CTAs on a GPU): stage (F's producer), consume (F's consumer,
+// which for a composition also stages G's input straight into G's lane), and for compositions
+// gather (G's consumer). Each role walks chunks in the same order (chunk j of every lane before chunk
+// j + 1), and waits only on chunk j of other roles or on acks of chunk j - slots, so the roles
+// cannot deadlock however they are scheduled, as long as they all make progress.
+#pragma once
+
+#include <cstdint>
+
+#include "collectives/declaration.h"
+#include "core/hd.h"
+#include "core/status.h"
+#include "snac/call.h"
+#include "snac/window.h"
+
+namespace purlin::snac {
+
+using coll::Consume;
+using coll::Layout;
+using coll::Root;
+
+template <class D>
+PURLIN_HD constexpr int lane_count(int nranks) {
+  return D::input == Layout::scattered ? nranks : 1;
+}
+
+template <class D>
+PURLIN_HD bool produces(const Call& call, int rank) {
+  if constexpr (D::root == Root::producer) return rank == call.root;
+  return true;
+}
+
+template <class D>
+PURLIN_HD bool consumes(const Call& call, int rank) {
+  if constexpr (D::root == Root::consumer) return rank == call.root;
+  return true;
+}
+
+template <class D>
+PURLIN_HD bool consumes_from(const Call& call, int producer) {
+  if constexpr (D::root == Root::producer) return producer == call.root;
+  return true;
+}
+
+PURLIN_HD std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
+
+// How this call divides a staging half. Identical on every rank for the same declaration.
+template <class D>
+PURLIN_HD Lanes lanes_of(const Context& ctx) {
+  Lanes l;
+  int maxlanes;
+  if constexpr (D::composed) {
+    l.nphases = 2;
+    int a = lane_count<typename D::first>(ctx.nranks), b = lane_count<typename D::second>(ctx.nranks);
+    maxlanes = a > b ? a : b;
+  } else {
+    l.nphases = 1;
+    maxlanes = lane_count<D>(ctx.nranks);
+  }
+  l.slots = ctx.slots;
+  l.region = ctx.geo.staging_half / static_cast<std::uint64_t>(l.nphases) / static_cast<std::uint64_t>(maxlanes) /
+             256 * 256;
+  std::uint64_t chunk = l.region / static_cast<std::uint64_t>(l.slots) / 256 * 256;
+  l.chunk = chunk < ctx.chunk_cap ? chunk : ctx.chunk_cap / 256 * 256;
+  return l;
+}
+
+PURLIN_HD bool use_latency(const Context& ctx, std::uint64_t bytes) { return bytes <= ctx.latency_max; }
+
+PURLIN_HD std::uint64_t lane_offset(const Context& ctx, const Lanes& l, int phase, int lane) {
+  std::uint64_t half = ctx.state->epoch & 1;
+  return half * ctx.geo.staging_half + static_cast<std::uint64_t>(phase) * (ctx.geo.staging_half / l.nphases) +
+         static_cast<std::uint64_t>(lane) * l.region;
+}
+
+PURLIN_HD Packet* packets_of(const Context& ctx, int owner, int phase, int producer, std::uint64_t q) {
+  std::uint64_t per_pair = ctx.geo.packets_per_pair;
+  std::uint64_t index = ((static_cast<std::uint64_t>(phase) * ctx.nranks + producer) * 2 + (q & 1)) * per_pair;
+  return ctx.win[owner].packets + index;
+}
+
+PURLIN_HD std::uint64_t* slot_ack(const Context& ctx, int phase, int consumer) {
+  return ctx.win[ctx.rank].ack + phase * ctx.nranks + consumer;
+}
+PURLIN_HD std::uint64_t* ready_at(const Context& ctx, int consumer, int phase, int producer) {
+  return ctx.win[consumer].ready + phase * ctx.nranks + producer;
+}
+PURLIN_HD std::uint64_t* lane_base_at(const Context& ctx, int consumer, int phase, int producer) {
+  return ctx.win[consumer].lane_base + phase * ctx.nranks + producer;
+}
+PURLIN_HD std::uint64_t* ack_at(const Context& ctx, int producer, int phase, int consumer) {
+  return ctx.win[producer].ack + phase * ctx.nranks + consumer;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stage and notify.
+
+// A contribution offered to a set of consumers through one lane. `consumer` < 0 means every rank
+// that consumes from this producer under D.
+struct Offer {
+  const char* src;
+  std::uint64_t bytes;
+  int lane;
+  int consumer;
+};
+
+template <class D, class Visit>
+PURLIN_HD void for_each_offer(const Context& ctx, const Call& call, Visit&& visit) {
+  if (!produces<D>(call, ctx.rank)) return;
+  if constexpr (D::input == Layout::scattered) {
+    for (int k = 0; k < ctx.nranks; ++k) {
+      if (!consumes<D>(call, k)) continue;
+      visit(Offer{call.in[k].ptr, call.in[k].bytes, k, k});
+    }
+  } else {
+    visit(Offer{call.in[0].ptr, call.in[0].bytes, 0, D::root == Root::consumer ? call.root : -1});
+  }
+}
+
+template <class D, class F>
+PURLIN_HD void for_each_consumer(const Context& ctx, const Call& call, const Offer& o, F&& f) {
+  if (o.consumer >= 0) {
+    f(o.consumer);
+    return;
+  }
+  for (int d = 0; d < ctx.nranks; ++d)
+    if (consumes<D>(call, d)) f(d);
+}
+
+// Latency path: push one message of packets to one consumer.
+template <class Atom>
+PURLIN_HD Status push_message(Atom& atom, const Context& ctx, int phase, int consumer, const char* src,
+                              std::uint64_t bytes) {
+  std::uint64_t q = ++ctx.state->tx[phase][consumer];
+  if (q > 2) PURLIN_TRY(atom.wait(slot_ack(ctx, phase, consumer), q - 2));
+  atom.push(packets_of(ctx, consumer, phase, ctx.rank, q), src, bytes, q);
+  return Status::ok;
+}
+
+// Throughput path: before a message's first chunk, make sure the consumer has read the lane base of
+// our previous staged message, then publish this one's.
+template <class Atom>
+PURLIN_HD Status open_lane(Atom& atom, const Context& ctx, int phase, int consumer, std::uint64_t offset) {
+  LocalState& st = *ctx.state;
+  if (st.lane_first[phase][consumer]) PURLIN_TRY(atom.wait(slot_ack(ctx, phase, consumer), st.lane_first[phase][consumer]));
+  atom.store_relaxed(lane_base_at(ctx, consumer, phase, ctx.rank), offset);
+  st.lane_first[phase][consumer] = st.tx[phase][consumer] + 1;
+  return Status::ok;
+}
+
+// Waits until every consumer of an offer has acked chunk j - slots of the message that started at
+// sequence first[d], so that slot j % slots may be overwritten.
+template <class D, class Atom>
+PURLIN_HD Status wait_slot(Atom& atom, const Context& ctx, const Call& call, const Lanes& l, int phase, const Offer& o,
+                           std::uint64_t j) {
+  if (j < static_cast<std::uint64_t>(l.slots)) return Status::ok;
+  Status s = Status::ok;
+  for_each_consumer<D>(ctx, call, o, [&](int d) {
+    if (s != Status::ok) return;
+    std::uint64_t first = ctx.state->lane_first[phase][d];
+    s = atom.wait(slot_ack(ctx, phase, d), first + j - l.slots);
+  });
+  return s;
+}
+
+// Chunk j of the offer is in its slot: notify its consumers with the chunk's sequence number.
+template <class D, class Atom>
+PURLIN_HD void notify_chunk(Atom& atom, const Context& ctx, const Call& call, int phase, const Offer& o,
+                            std::uint64_t j) {
+  for_each_consumer<D>(ctx, call, o, [&](int d) {
+    std::uint64_t q = ctx.state->lane_first[phase][d] + j;
+    ctx.state->tx[phase][d] = q;
+    atom.signal(ready_at(ctx, d, phase, ctx.rank), q);
+  });
+}
+
+// The stage role of a plain declaration D running as `phase` of the call.
+template <class D, class Atom>
+PURLIN_HD Status stage(Atom& atom, const Context& ctx, const Call& call, const Lanes& l, int phase) {
+  if (!produces<D>(call, ctx.rank)) return Status::ok;
+  Status status = Status::ok;
+  std::uint64_t max_chunks = 0;
+  // Latency messages first: they never wait on this call's consumers.
+  for_each_offer<D>(ctx, call, [&](const Offer& o) {
+    if (status != Status::ok || o.bytes == 0) return;
+    if (use_latency(ctx, o.bytes)) {
+      for_each_consumer<D>(ctx, call, o, [&](int d) {
+        if (status == Status::ok) status = push_message(atom, ctx, phase, d, o.src, o.bytes);
+      });
+    } else {
+      std::uint64_t chunks = ceil_div(o.bytes, l.chunk);
+      if (chunks > max_chunks) max_chunks = chunks;
+      std::uint64_t offset = lane_offset(ctx, l, phase, o.lane);
+      for_each_consumer<D>(ctx, call, o, [&](int d) {
+        if (status == Status::ok) status = open_lane(atom, ctx, phase, d, offset);
+      });
+    }
+  });
+  PURLIN_TRY(status);
+  // Throughput messages, chunk j of every lane before chunk j + 1.
+  for (std::uint64_t j = 0; j < max_chunks; ++j) {
+    for_each_offer<D>(ctx, call, [&](const Offer& o) {
+      if (status != Status::ok || o.bytes == 0 || use_latency(ctx, o.bytes)) return;
+      std::uint64_t begin = j * l.chunk;
+      if (begin >= o.bytes) return;
+      std::uint64_t len = o.bytes - begin < l.chunk ? o.bytes - begin : l.chunk;
+      status = wait_slot<D>(atom, ctx, call, l, phase, o, j);
+      if (status != Status::ok) return;
+      char* slot = ctx.win[ctx.rank].staging + lane_offset(ctx, l, phase, o.lane) + (j % l.slots) * l.chunk;
+      atom.copy(slot, o.src + begin, len);
+      notify_chunk<D>(atom, ctx, call, phase, o, j);
+    });
+    PURLIN_TRY(status);
+  }
+  return Status::ok;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Consume.
+
+// Pull (or receive) chunk j of producer s's message on `phase`; returns the source pointer.
+template <class Atom>
+PURLIN_HD Status acquire_chunk(Atom& atom, const Context& ctx, const Lanes& l, int phase, int s, std::uint64_t j,
+                               std::uint64_t q0, std::uint64_t* base, const char** src) {
+  PURLIN_TRY(atom.wait(ready_at(ctx, ctx.rank, phase, s), q0 + j + 1));
+  if (j == 0) *base = atom.load_relaxed(lane_base_at(ctx, ctx.rank, phase, s));
+  *src = ctx.win[s].staging + *base + (j % l.slots) * l.chunk;
+  return Status::ok;
+}
+
+template <class Atom>
+PURLIN_HD void ack_chunk(Atom& atom, const Context& ctx, int phase, int s, std::uint64_t q) {
+  ctx.state->rx[phase][s] = q;
+  atom.signal(ack_at(ctx, s, phase, ctx.rank), q);
+}
+
+// The next-phase (G) producer side used by a fused consume: stage G's input chunk by chunk as F
+// produces it.
+template <class G, class Atom>
+struct NextLane {
+  const Context& ctx;
+  const Call& call;
+  const Lanes& l;
+  Offer offer;
+
+  PURLIN_HD Status open(Atom& atom) {
+    Status s = Status::ok;
+    std::uint64_t offset = lane_offset(ctx, l, 1, 0);
+    for_each_consumer<G>(ctx, call, offer, [&](int d) {
+      if (s == Status::ok) s = open_lane(atom, ctx, 1, d, offset);
+    });
+    return s;
+  }
+  PURLIN_HD Status slot(Atom& atom, std::uint64_t j, char** dst) {
+    PURLIN_TRY(wait_slot<G>(atom, ctx, call, l, 1, offer, j));
+    *dst = ctx.win[ctx.rank].staging + lane_offset(ctx, l, 1, 0) + (j % l.slots) * l.chunk;
+    return Status::ok;
+  }
+  PURLIN_HD void publish(Atom& atom, std::uint64_t j) { notify_chunk<G>(atom, ctx, call, 1, offer, j); }
+};
+
+// Bytes this rank receives from producer s under D.
+template <class D>
+PURLIN_HD std::uint64_t incoming_bytes(const Call& call, int s, std::uint64_t packed_bytes) {
+  if constexpr (D::output == Layout::packed) {
+    (void)s;
+    return packed_bytes;
+  } else {
+    return call.out[s].bytes;
+  }
+}
+
+// The consume role of plain declaration D as `phase`. For a composition's first part, `next` stages
+// the result into the second part's lane (throughput) or leaves it in ctx.scratch (latency).
+template <class D, class Atom, class Next>
+PURLIN_HD Status consume(Atom& atom, const Context& ctx, const Call& call, const Lanes& l, int phase, char* packed_dst,
+                         std::uint64_t packed_bytes, Next* next) {
+  if (!consumes<D>(call, ctx.rank)) return Status::ok;
+  const int n = ctx.nranks;
+  if constexpr (D::consume == Consume::reduce) {
+    // Every producer sends the same number of bytes: one regime, one chunking.
+    std::uint64_t bytes = packed_bytes;
+    if (bytes == 0) return Status::ok;
+    const char* srcs[kMaxRanks];
+    int nsrc = 0;
+    if (use_latency(ctx, bytes)) {
+      for (int s = 0; s < n; ++s) {
+        if (!consumes_from<D>(call, s)) continue;
+        std::uint64_t q = ++ctx.state->rx[phase][s];
+        char* buf = ctx.scratch + static_cast<std::uint64_t>(s + 1) * ctx.latency_max;
+        PURLIN_TRY(atom.pull(buf, packets_of(ctx, ctx.rank, phase, s, q), bytes, q));
+        atom.signal(ack_at(ctx, s, phase, ctx.rank), q);
+        srcs[nsrc++] = buf;
+      }
+      char* dst = next ? ctx.scratch : packed_dst;
+      atom.reduce(dst, srcs, nsrc, bytes);
+      return Status::ok;
+    }
+    std::uint64_t q0[kMaxRanks], base[kMaxRanks];
+    for (int s = 0; s < n; ++s) q0[s] = ctx.state->rx[phase][s];
+    if (next) PURLIN_TRY(next->open(atom));
+    std::uint64_t chunks = ceil_div(bytes, l.chunk);
+    for (std::uint64_t j = 0; j < chunks; ++j) {
+      std::uint64_t begin = j * l.chunk;
+      std::uint64_t len = bytes - begin < l.chunk ? bytes - begin : l.chunk;
+      nsrc = 0;
+      for (int s = 0; s < n; ++s) {
+        if (!consumes_from<D>(call, s)) continue;
+        PURLIN_TRY(acquire_chunk(atom, ctx, l, phase, s, j, q0[s], &base[s], &srcs[nsrc]));
+        ++nsrc;
+      }
+      char* dst = packed_dst + begin;
+      if (next) PURLIN_TRY(next->slot(atom, j, &dst));
+      atom.reduce(dst, srcs, nsrc, len);
+      for (int s = 0; s < n; ++s)
+        if (consumes_from<D>(call, s)) ack_chunk(atom, ctx, phase, s, q0[s] + j + 1);
+      if (next) next->publish(atom, j);
+    }
+    return Status::ok;
+  } else {
+    // Copy: latency messages first, then throughput chunks in lock step across producers.
+    std::uint64_t q0[kMaxRanks], base[kMaxRanks];
+    std::uint64_t max_chunks = 0;
+    bool fused = false;
+    for (int s = 0; s < n; ++s) {
+      if (!consumes_from<D>(call, s)) continue;
+      std::uint64_t bytes = incoming_bytes<D>(call, s, packed_bytes);
+      char* dst = D::output == Layout::packed ? packed_dst : call.out[s].ptr;
+      q0[s] = ctx.state->rx[phase][s];
+      if (bytes == 0) continue;
+      if (use_latency(ctx, bytes)) {
+        std::uint64_t q = ++ctx.state->rx[phase][s];
+        if (next) dst = ctx.scratch;
+        PURLIN_TRY(atom.pull(dst, packets_of(ctx, ctx.rank, phase, s, q), bytes, q));
+        atom.signal(ack_at(ctx, s, phase, ctx.rank), q);
+      } else {
+        std::uint64_t chunks = ceil_div(bytes, l.chunk);
+        if (chunks > max_chunks) max_chunks = chunks;
+        if (next) fused = true;
+      }
+    }
+    if (fused) PURLIN_TRY(next->open(atom));
+    for (std::uint64_t j = 0; j < max_chunks; ++j) {
+      for (int s = 0; s < n; ++s) {
+        if (!consumes_from<D>(call, s)) continue;
+        std::uint64_t bytes = incoming_bytes<D>(call, s, packed_bytes);
+        if (bytes == 0 || use_latency(ctx, bytes)) continue;
+        std::uint64_t begin = j * l.chunk;
+        if (begin >= bytes) continue;
+        std::uint64_t len = bytes - begin < l.chunk ? bytes - begin : l.chunk;
+        const char* src = nullptr;
+        PURLIN_TRY(acquire_chunk(atom, ctx, l, phase, s, j, q0[s], &base[s], &src));
+        char* dst = (D::output == Layout::packed ? packed_dst : call.out[s].ptr) + begin;
+        if (fused) PURLIN_TRY(next->slot(atom, j, &dst));
+        atom.copy(dst, src, len);
+        ack_chunk(atom, ctx, phase, s, q0[s] + j + 1);
+        if (fused) next->publish(atom, j);
+      }
+    }
+    return Status::ok;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Call boundaries and the roles of a declaration.
+
+// Before anything of this call is staged: the staging half of this call's parity must have been
+// read completely by the consumers of the last call that used it.
+template <class Atom>
+PURLIN_HD Status begin_call(Atom& atom, const Context& ctx) {
+  std::uint64_t half = ctx.state->epoch & 1;
+  for (int ph = 0; ph < kMaxPhases; ++ph)
+    for (int d = 0; d < ctx.nranks; ++d) {
+      std::uint64_t need = ctx.state->half_need[half][ph][d];
+      if (need) PURLIN_TRY(atom.wait(slot_ack(ctx, ph, d), need));
+    }
+  return Status::ok;
+}
+
+// After every role of this call has finished on this rank.
+PURLIN_HD void end_call(const Context& ctx) {
+  LocalState& st = *ctx.state;
+  std::uint64_t half = st.epoch & 1;
+  for (int ph = 0; ph < kMaxPhases; ++ph)
+    for (int d = 0; d < ctx.nranks; ++d) st.half_need[half][ph][d] = st.tx[ph][d];
+  ++st.epoch;
+}
+
+enum class Role { stage, consume, gather };
+
+template <class D>
+PURLIN_HD constexpr int role_count() {
+  return D::composed ? 3 : 2;
+}
+
+// True when every message of the call takes the latency path, so the roles may run one after the
+// other on one worker (stage never waits on this call's consumers then).
+template <class D>
+PURLIN_HD bool all_latency(const Context& ctx, const Call& call) {
+  bool all = true;
+  auto check = [&](std::uint64_t bytes) {
+    if (!use_latency(ctx, bytes)) all = false;
+  };
+  if constexpr (D::composed) {
+    check(call.mid_bytes);
+    for_each_offer<typename D::first>(ctx, call, [&](const Offer& o) { check(o.bytes); });
+    if (consumes<typename D::second>(call, ctx.rank))
+      for (int s = 0; s < ctx.nranks; ++s) check(call.out[s].bytes);
+  } else {
+    for_each_offer<D>(ctx, call, [&](const Offer& o) { check(o.bytes); });
+    if (consumes<D>(call, ctx.rank)) {
+      if constexpr (D::output == Layout::packed) check(call.out[0].bytes);
+      else for (int s = 0; s < ctx.nranks; ++s) check(call.out[s].bytes);
+    }
+  }
+  return all;
+}
+
+// Runs one role of declaration D (plain or composed) for this rank.
+template <class D, class Atom>
+PURLIN_HD Status run_role(Atom& atom, const Context& ctx, const Call& call, Role role) {
+  const Lanes l = lanes_of<D>(ctx);
+  if constexpr (!D::composed) {
+    if (role == Role::stage) return stage<D>(atom, ctx, call, l, 0);
+    if (role == Role::consume) {
+      char* dst = D::output == Layout::packed ? call.out[0].ptr : nullptr;
+      std::uint64_t bytes = D::output == Layout::packed ? call.out[0].bytes : 0;
+      return consume<D, Atom, NextLane<D, Atom>>(atom, ctx, call, l, 0, dst, bytes, nullptr);
+    }
+    return Status::ok;
+  } else {
+    using F = typename D::first;
+    using G = typename D::second;
+    static_assert(G::input == Layout::packed, "a composition passes a packed intermediate");
+    if (role == Role::stage) return stage<F>(atom, ctx, call, l, 0);
+    if (role == Role::consume) {
+      NextLane<G, Atom> next{ctx, call, l, Offer{nullptr, call.mid_bytes, 0, G::root == Root::consumer ? call.root : -1}};
+      PURLIN_TRY((consume<F, Atom, NextLane<G, Atom>>(atom, ctx, call, l, 0, nullptr, call.mid_bytes, &next)));
+      if (call.mid_bytes && use_latency(ctx, call.mid_bytes)) {
+        // The intermediate is in scratch: push it to G's consumers.
+        Call g = call;
+        Part mid{ctx.scratch, call.mid_bytes};
+        g.in = &mid;
+        return stage<G>(atom, ctx, g, l, 1);
+      }
+      return Status::ok;
+    }
+    // Role::gather: G's consumer.
+    return consume<G, Atom, NextLane<G, Atom>>(atom, ctx, call, l, 1, nullptr, 0, nullptr);
+  }
+}
+
+}  // namespace purlin::snac

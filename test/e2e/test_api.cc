@@ -1,0 +1,258 @@
+// The API around the collectives:
+//   in one process: ncclGetVersion, ncclGetErrorString, ncclGetUniqueId, ncclCommInitAll over 4
+//   ranks (no device list: the host datapath has no devices) with grouped collectives over the 4
+//   communicators from one thread;
+//   ranks as processes: ncclCommCount/UserRank, ncclCommGetAsyncError, argument errors
+//   (ncclInvalidArgument, no effect, the communicator still usable, ncclGetLastError set), count 0,
+//   ncclCommFinalize + ncclCommDestroy, ncclCommAbort.
+//
+//   e2e_api --ranks N [--filter PATTERN] [--list]
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "buffers.h"
+#include "harness.h"
+#include "plans.h"
+#include "reference.h"
+
+namespace e2e {
+namespace {
+
+constexpr cudaStream_t kNoStream = static_cast<cudaStream_t>(0);
+
+// ---- One process ------------------------------------------------------------------------------------
+
+void version(Reporter& report) {
+  int v = -1;
+  if (report.expect(ncclGetVersion(&v), "ncclGetVersion") && v != NCCL_VERSION_CODE) {
+    report.fail("ncclGetVersion gave " + std::to_string(v) + ", the header says " + std::to_string(NCCL_VERSION_CODE));
+  }
+  report.expect(ncclGetVersion(nullptr), "ncclGetVersion(nullptr)", nullptr, ncclInvalidArgument);
+}
+
+void error_strings(Reporter& report) {
+  std::set<std::string> seen;
+  for (int code = ncclSuccess; code < ncclNumResults; ++code) {
+    const char* s = ncclGetErrorString(static_cast<ncclResult_t>(code));
+    if (!s || !*s) {
+      report.fail("ncclGetErrorString(" + std::to_string(code) + ") is empty");
+    } else if (!seen.insert(s).second) {
+      report.fail("ncclGetErrorString(" + std::to_string(code) + ") repeats \"" + s + "\"");
+    }
+  }
+  if (!ncclGetErrorString(ncclNumResults)) report.fail("ncclGetErrorString(ncclNumResults) is null");
+}
+
+void unique_ids(Reporter& report) {
+  ncclUniqueId a, b;
+  std::memset(&a, 0, sizeof a);
+  std::memset(&b, 0, sizeof b);
+  if (report.expect(ncclGetUniqueId(&a), "ncclGetUniqueId") && report.expect(ncclGetUniqueId(&b), "ncclGetUniqueId")) {
+    if (std::memcmp(&a, &b, sizeof a) == 0) report.fail("two ncclGetUniqueId calls gave the same id");
+  }
+  report.expect(ncclGetUniqueId(nullptr), "ncclGetUniqueId(nullptr)", nullptr, ncclInvalidArgument);
+}
+
+// ncclCommInitAll(comms, 4, nullptr), then grouped collectives over the 4 communicators from this
+// one thread.
+void init_all(Reporter& report, Slab& slab) {
+  constexpr int n = 4;
+  ncclComm_t comms[n] = {};
+  if (!report.expect(ncclCommInitAll(comms, n, nullptr), "ncclCommInitAll")) return;
+  bool shaped = true;
+  for (int i = 0; i < n; ++i) {
+    int count = -1, rank = -1;
+    report.expect(ncclCommCount(comms[i], &count), "ncclCommCount", comms[i]);
+    report.expect(ncclCommUserRank(comms[i], &rank), "ncclCommUserRank", comms[i]);
+    if (count != n || rank != i) {
+      report.fail("communicator " + std::to_string(i) + " is rank " + std::to_string(rank) + " of " +
+                  std::to_string(count));
+      shaped = false;
+    }
+  }
+  auto grouped = [&]<class T>(ncclDataType_t dt, Coll coll, std::size_t count, Op op, int root, bool in_place) {
+    const std::string label = std::string("grouped ") + info(coll).name + "/" + type_name(dt) + "/count=" +
+                              std::to_string(count);
+    const Content<T> content{Inputs{hash_string(label), false}, n, op, T::scalar(0)};
+    slab.reset();
+    std::vector<Staged<T>> calls;
+    calls.reserve(n);
+    for (int i = 0; i < n; ++i) calls.emplace_back(slab, coll, i, n, count, root, in_place, content, i);
+    report.expect(ncclGroupStart(), "ncclGroupStart");
+    for (int i = 0; i < n; ++i) {
+      report.expect(issue(coll, calls[i].send, calls[i].recv, count, dt, builtin(op), root, comms[i], i, n),
+                    label, comms[i]);
+    }
+    if (!report.expect(ncclGroupEnd(), "ncclGroupEnd after " + label)) return;
+    for (int i = 0; i < n; ++i) calls[i].check(report, label + " rank " + std::to_string(i));
+  };
+  if (shaped) {
+    for (std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{65537}}) {
+      grouped.operator()<Float32Type>(ncclFloat32, Coll::AllReduce, count, Op::sum, 0, false);
+      grouped.operator()<Half>(ncclFloat16, Coll::AllReduce, count, Op::sum, 0, true);
+      grouped.operator()<Int64>(ncclInt64, Coll::AllReduce, count, Op::max, 0, false);
+      grouped.operator()<Bf16>(ncclBfloat16, Coll::AllGather, count, Op::sum, 0, false);
+      grouped.operator()<Uint8>(ncclUint8, Coll::Broadcast, count, Op::sum, 2, false);
+    }
+  }
+  for (int i = 0; i < n; ++i) report.expect(ncclCommDestroy(comms[i]), "ncclCommDestroy");
+}
+
+void one_process(RankEnv& env) {
+  Slab slab(std::size_t{16} << 20);
+  run_case(env.report, "Api/version", [&] { version(env.report); });
+  run_case(env.report, "Api/error_strings", [&] { error_strings(env.report); });
+  run_case(env.report, "Api/unique_id", [&] { unique_ids(env.report); });
+  run_case(env.report, "Api/init_all", [&] { init_all(env.report, slab); });
+}
+
+// ---- Ranks as processes -----------------------------------------------------------------------------
+
+// A valid AllReduce on `comm` with its result checked: shows the communicator still works.
+void still_usable(RankEnv& env, ncclComm_t comm, Slab& slab, const std::string& label) {
+  using T = Float32Type;
+  const Content<T> content{Inputs{hash_string(label), false}, env.nranks, Op::sum, 0.0f};
+  slab.reset();
+  const Staged<T> call(slab, Coll::AllReduce, env.rank, env.nranks, 1000, 0, false, content);
+  if (env.report.expect(ncclAllReduce(call.send, call.recv, 1000, ncclFloat32, ncclSum, comm, kNoStream), label, comm)) {
+    call.check(env.report, label);
+  }
+}
+
+void shape(RankEnv& env) {
+  int count = -1, rank = -1;
+  env.report.expect(ncclCommCount(env.comm, &count), "ncclCommCount", env.comm);
+  env.report.expect(ncclCommUserRank(env.comm, &rank), "ncclCommUserRank", env.comm);
+  if (count != env.nranks || rank != env.rank) {
+    env.report.fail("rank " + std::to_string(rank) + " of " + std::to_string(count));
+  }
+  ncclResult_t async = ncclInternalError;
+  env.report.expect(ncclCommGetAsyncError(env.comm, &async), "ncclCommGetAsyncError", env.comm);
+  env.report.expect(async, "the asynchronous error", env.comm);
+}
+
+// Each bad call must return ncclInvalidArgument, leave its buffers alone and set the last error;
+// then a valid collective must work. Every rank makes the same calls.
+void bad_arguments(RankEnv& env, Slab& slab) {
+  using T = Float32Type;
+  const int r = env.rank, n = env.nranks;
+  ncclComm_t comm = env.comm;
+  constexpr std::size_t c = 64;
+  auto bad = [&](const std::string& what, auto&& call, ncclComm_t blamed) {
+    run_case(env.report, "Api/bad_argument/" + what, [&] {
+      const Content<T> content{Inputs{hash_string(what), false}, n, Op::sum, 0.0f};
+      slab.reset();
+      const Placed<T> send(slab, {c * static_cast<std::size_t>(n), {input_at(0, c * static_cast<std::size_t>(n), r, 0)}, {}},
+                           content);
+      const Placed<T> recv(slab, {c * static_cast<std::size_t>(n), {}, {}}, content, 1);
+      const ncclResult_t rc = call(static_cast<const void*>(send.data), static_cast<void*>(recv.data));
+      env.report.expect(rc, what, comm, ncclInvalidArgument);
+      send.check(content, "sendbuff after " + what, env.report);
+      recv.check(content, "recvbuff after " + what, env.report);
+      const char* last = ncclGetLastError(blamed);
+      if (!last || !*last) env.report.fail("ncclGetLastError is empty after " + what);
+      still_usable(env, comm, slab, "AllReduce after " + what);
+    });
+  };
+  const auto kBadType = static_cast<ncclDataType_t>(ncclNumTypes);
+  const auto kUncreatedOp = static_cast<ncclRedOp_t>(ncclNumOps);
+  const auto kBadOp = static_cast<ncclRedOp_t>(99);
+  const cudaStream_t s = kNoStream;
+
+  bad("AllReduce_null_comm", [&](const void* sb, void* rb) { return ncclAllReduce(sb, rb, c, ncclFloat32, ncclSum, nullptr, s); }, nullptr);
+  bad("Broadcast_null_comm", [&](const void* sb, void* rb) { return ncclBroadcast(sb, rb, c, ncclFloat32, 0, nullptr, s); }, nullptr);
+  bad("AllReduce_type_12", [&](const void* sb, void* rb) { return ncclAllReduce(sb, rb, c, kBadType, ncclSum, comm, s); }, comm);
+  bad("AllGather_type_12", [&](const void* sb, void* rb) { return ncclAllGather(sb, rb, c, kBadType, comm, s); }, comm);
+  bad("Broadcast_type_-1", [&](const void* sb, void* rb) {
+    return ncclBroadcast(sb, rb, c, static_cast<ncclDataType_t>(-1), 0, comm, s);
+  }, comm);
+  bad("Send_type_12", [&](const void* sb, void*) { return ncclSend(sb, c, kBadType, 0, comm, s); }, comm);
+  bad("AllReduce_op_5_not_created", [&](const void* sb, void* rb) {
+    return ncclAllReduce(sb, rb, c, ncclFloat32, kUncreatedOp, comm, s);
+  }, comm);
+  bad("ReduceScatter_op_99", [&](const void* sb, void* rb) { return ncclReduceScatter(sb, rb, c, ncclFloat32, kBadOp, comm, s); }, comm);
+  bad("Reduce_op_99", [&](const void* sb, void* rb) { return ncclReduce(sb, rb, c, ncclFloat32, kBadOp, 0, comm, s); }, comm);
+  bad("Broadcast_root_nranks", [&](const void* sb, void* rb) { return ncclBroadcast(sb, rb, c, ncclFloat32, n, comm, s); }, comm);
+  bad("Bcast_root_-1", [&](const void*, void* rb) { return ncclBcast(rb, c, ncclFloat32, -1, comm, s); }, comm);
+  bad("Reduce_root_nranks", [&](const void* sb, void* rb) { return ncclReduce(sb, rb, c, ncclFloat32, ncclSum, n, comm, s); }, comm);
+  bad("Gather_root_nranks", [&](const void* sb, void* rb) { return ncclGather(sb, rb, c, ncclFloat32, n, comm, s); }, comm);
+  bad("Scatter_root_-1", [&](const void* sb, void* rb) { return ncclScatter(sb, rb, c, ncclFloat32, -1, comm, s); }, comm);
+  bad("AllReduce_null_sendbuff", [&](const void*, void* rb) { return ncclAllReduce(nullptr, rb, c, ncclFloat32, ncclSum, comm, s); }, comm);
+  bad("AllReduce_null_recvbuff", [&](const void* sb, void*) { return ncclAllReduce(sb, nullptr, c, ncclFloat32, ncclSum, comm, s); }, comm);
+  bad("AllGather_null_recvbuff", [&](const void* sb, void*) { return ncclAllGather(sb, nullptr, c, ncclFloat32, comm, s); }, comm);
+  bad("AlltoAll_null_sendbuff", [&](const void*, void* rb) { return ncclAlltoAll(nullptr, rb, c, ncclFloat32, comm, s); }, comm);
+  bad("Send_null_buffer", [&](const void*, void*) { return ncclSend(nullptr, c, ncclFloat32, 0, comm, s); }, comm);
+  bad("Recv_null_buffer", [&](const void*, void*) { return ncclRecv(nullptr, c, ncclFloat32, 0, comm, s); }, comm);
+  bad("Send_peer_nranks", [&](const void* sb, void*) { return ncclSend(sb, c, ncclFloat32, n, comm, s); }, comm);
+  bad("Recv_peer_-1", [&](const void*, void* rb) { return ncclRecv(rb, c, ncclFloat32, -1, comm, s); }, comm);
+}
+
+// Count 0: success and no effect for every collective (the matrix checks it per type as well).
+void count_zero(RankEnv& env, Slab& slab) {
+  using T = Int32;
+  const int r = env.rank, n = env.nranks;
+  for (const CollInfo& ci : kColls) {
+    run_case(env.report, std::string("Api/count0/") + ci.name, [&] {
+      const Content<T> content{Inputs{hash_string(ci.name), false}, n, Op::sum, 0};
+      slab.reset();
+      const Placed<T> send(slab, {16, {input_at(0, 16, r, 0)}, {}}, content);
+      const Placed<T> recv(slab, {16, {}, {}}, content, 1);
+      const ncclResult_t rc = issue(ci.coll, send.data, recv.data, 0, ncclInt32, ncclSum, 0, env.comm, r, n);
+      env.report.expect(rc, std::string("nccl") + ci.name + " with count 0", env.comm);
+      send.check(content, "sendbuff", env.report);
+      recv.check(content, "recvbuff", env.report);
+    });
+  }
+}
+
+// Communicators from two more ids: one finalized then destroyed, one aborted; the first still works.
+void teardown(RankEnv& env, Slab& slab) {
+  const int r = env.rank, n = env.nranks;
+  run_case(env.report, "Api/finalize_destroy", [&] {
+    ncclComm_t c = nullptr;
+    if (!env.report.expect(ncclCommInitRank(&c, n, env.ids.at(0), r), "ncclCommInitRank")) return;
+    still_usable(env, c, slab, "AllReduce before finalize");
+    if (env.report.expect(ncclCommFinalize(c), "ncclCommFinalize", c)) {
+      ncclResult_t async = ncclInternalError;
+      env.report.expect(ncclCommGetAsyncError(c, &async), "ncclCommGetAsyncError after finalize", c);
+      env.report.expect(async, "the asynchronous error after finalize", c);
+    }
+    env.report.expect(ncclCommDestroy(c), "ncclCommDestroy after finalize");
+    still_usable(env, env.comm, slab, "AllReduce on the first communicator");
+  });
+  run_case(env.report, "Api/abort", [&] {
+    ncclComm_t c = nullptr;
+    if (!env.report.expect(ncclCommInitRank(&c, n, env.ids.at(1), r), "ncclCommInitRank")) return;
+    still_usable(env, c, slab, "AllReduce before abort");
+    env.report.expect(ncclCommAbort(c), "ncclCommAbort");
+    still_usable(env, env.comm, slab, "AllReduce on the first communicator");
+  });
+}
+
+void ranks(RankEnv& env) {
+  Slab slab(std::size_t{16} << 20);
+  run_case(env.report, "Api/count_rank_async", [&] { shape(env); });
+  bad_arguments(env, slab);
+  count_zero(env, slab);
+  teardown(env, slab);
+}
+
+}  // namespace
+}  // namespace e2e
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  const auto started = std::chrono::steady_clock::now();
+  const e2e::Options options = e2e::parse_options(argc, argv);
+  e2e::Totals totals = e2e::run_ranks(options, 1, /*join=*/false, /*extra_ids=*/0, e2e::one_process);
+  const e2e::Totals more = e2e::run_ranks(options, options.nranks, /*join=*/true, /*extra_ids=*/2, e2e::ranks);
+  totals.passed += more.passed;
+  totals.failed += more.failed;
+  return e2e::finish(options, totals, started);
+}

@@ -1,0 +1,144 @@
+// Every collective through the ncclXxx API, ranks as processes on the host datapath: each element
+// type, each reduction operator, in place and out of place, every root, counts from 0 to 1M+3.
+// Each output element is compared bit for bit with the host reference, and the bytes around every
+// buffer must stay untouched. One communicator per process serves the whole matrix.
+//
+//   e2e_collectives --ranks N [--filter PATTERN] [--list] [--full]
+//
+// Case names read "AllReduce/float16/sum/count=7/inplace" ("/root=2" for rooted collectives;
+// no operator for the copies), so "--filter 'Reduce*/fp8*'" or "--filter count=1000/" select a part.
+//
+// The 8-rank run is cut at the largest count to stay within its time budget (see `in_matrix`);
+// --full runs everything.
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "buffers.h"
+#include "harness.h"
+#include "plans.h"
+#include "reference.h"
+
+namespace e2e {
+namespace {
+
+constexpr std::size_t kCounts[] = {0, 1, 7, 1000, 65537, 1048579};
+constexpr std::size_t kLargest = 1048579;
+
+// The documented cut. With 8 ranks the full matrix at the largest count would dominate the time
+// budget (Reduce alone is 12 types x 6 ops x 2 forms x 8 roots of 8M-element reductions). So at
+// 1048579 elements and 8 ranks:
+//   - the reductions run every operator for float32, float16, bfloat16, fp8e4m3 and int32, and only
+//     sum for the other types;
+//   - the rooted collectives run roots 0 and 7 (the ends; every root runs at all smaller counts).
+// Everything else (every type, every operator, every root) runs at counts up to 65537 elements,
+// and every rank count below 8 runs the whole matrix. --full lifts the cut.
+bool in_matrix(const Options& o, int nranks, const CollInfo& ci, ncclDataType_t dt, Op op, std::size_t count,
+               int root) {
+  if (o.full || nranks < 8 || count < kLargest) return true;
+  if (ci.reduces && op != Op::sum) {
+    const bool all_ops = dt == ncclFloat32 || dt == ncclFloat16 || dt == ncclBfloat16 || dt == ncclFloat8e4m3 ||
+                         dt == ncclInt32;
+    if (!all_ops) return false;
+  }
+  if (ci.rooted && root != 0 && root != nranks - 1) return false;
+  return true;
+}
+
+struct Rank {
+  RankEnv& env;
+  Slab& slab;
+};
+
+template <class T>
+void run_one(Rank& rk, const CollInfo& ci, ncclDataType_t dt, Op op, std::size_t count, int root, bool in_place,
+             const std::string& name) {
+  Reporter& report = rk.env.report;
+  const int r = rk.env.rank, n = rk.env.nranks;
+  const std::uint64_t seed = hash_string(name);
+  const Content<T> content{Inputs{seed, op == Op::prod}, n, op, T::scalar(seed >> 7)};
+  rk.slab.reset();
+  // Element-aligned but otherwise varied buffer addresses.
+  const Staged<T> call(rk.slab, ci.coll, r, n, count, root, in_place, content, seed >> 20);
+
+  ncclRedOp_t nop = builtin(op);
+  if (ci.reduces && op == Op::premulsum) {
+    typename T::Storage scalar = content.scalar;
+    if (!report.expect(ncclRedOpCreatePreMulSum(&nop, &scalar, dt, ncclScalarHostImmediate, rk.env.comm),
+                       "ncclRedOpCreatePreMulSum", rk.env.comm)) {
+      return;  // the peers will hang in the collective: the parent's time limit reports it
+    }
+  }
+  const ncclResult_t rc = issue(ci.coll, call.send, call.recv, count, dt, nop, root, rk.env.comm, r, n);
+  if (ci.reduces && op == Op::premulsum) report.expect(ncclRedOpDestroy(nop, rk.env.comm), "ncclRedOpDestroy");
+  if (!report.expect(rc, std::string("nccl") + ci.name, rk.env.comm)) return;
+  call.check(report, "");
+}
+
+std::string case_name(const CollInfo& ci, ncclDataType_t dt, Op op, std::size_t count, bool in_place, int root) {
+  std::string name = std::string(ci.name) + "/" + type_name(dt);
+  if (ci.reduces) name += std::string("/") + op_name(op);
+  name += "/count=" + std::to_string(count);
+  name += in_place ? "/inplace" : "/outofplace";
+  if (ci.rooted) name += "/root=" + std::to_string(root);
+  return name;
+}
+
+void run_matrix(RankEnv& env) {
+  const int n = env.nranks;
+  std::size_t largest = 0;
+  for (std::size_t c : kCounts) largest = std::max(largest, c);
+  const std::size_t max_bytes = largest * static_cast<std::size_t>(n) * sizeof(double);
+  Slab slab(Slab::room({max_bytes, max_bytes}));
+  Rank rk{env, slab};
+
+  for (const CollInfo& ci : kColls) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::uint64_t ran = 0, cut = 0;
+    const std::vector<Op> ops = ci.reduces ? std::vector<Op>(std::begin(kAllOps), std::end(kAllOps))
+                                           : std::vector<Op>{Op::sum};
+    std::vector<bool> forms;
+    if (ci.out_of_place) forms.push_back(false);
+    if (ci.in_place) forms.push_back(true);
+    for (ncclDataType_t dt : kAllTypes) {
+      for (Op op : ops) {
+        for (std::size_t count : kCounts) {
+          for (bool in_place : forms) {
+            for (int root = 0; root < (ci.rooted ? n : 1); ++root) {
+              if (!in_matrix(env.options, n, ci, dt, op, count, root)) {
+                ++cut;
+                continue;
+              }
+              const std::string name = case_name(ci, dt, op, count, in_place, root);
+              ran += run_case(env.report, name, [&] {
+                with_type(dt, [&]<class T>() { run_one<T>(rk, ci, dt, op, count, root, in_place, name); });
+              });
+            }
+          }
+        }
+      }
+    }
+    if (env.rank == 0 && !env.options.list && ran > 0) {
+      std::printf("[%d ranks] %-13s %5llu cases in %6.1f s", n, ci.name, static_cast<unsigned long long>(ran),
+                  seconds_since(t0));
+      if (cut > 0) std::printf(" (%llu cut at count %zu)", static_cast<unsigned long long>(cut), kLargest);
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace e2e
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  const auto started = std::chrono::steady_clock::now();
+  const e2e::Options options = e2e::parse_options(argc, argv);
+  const e2e::Totals totals = e2e::run_ranks(options, options.nranks, /*join=*/true, /*extra_ids=*/0, e2e::run_matrix);
+  return e2e::finish(options, totals, started);
+}

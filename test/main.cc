@@ -1,0 +1,7 @@
+// The one main() every unit-test binary shares, for Catch2 v2 and v3 alike.
+#if !__has_include(<catch2/catch_test_macros.hpp>)
+#define CATCH_CONFIG_RUNNER
+#endif
+#include "test/catch.h"
+
+int main(int argc, char** argv) { return Catch::Session().run(argc, argv); }

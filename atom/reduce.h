@@ -1,7 +1,8 @@
 // The rank-ordered element-wise reduction that every datapath applies, written once for the CPU
 // and for GPU kernels.
 //
-//   out[i] = post( combine(...combine(combine(pre(x0[i]), pre(x1[i])), pre(x2[i]))..., pre(xn-1[i])) )
+//   out[i] = post(combine(...combine(combine(pre(x0[i]), pre(x1[i])), pre(x2[i]))...,
+//                         pre(xn-1[i])))
 //
 // Sources are folded strictly in the order given (rank order), each element in its accumulator
 // type, and the result is rounded to the element type once. Every operation is one IEEE operation
@@ -17,8 +18,9 @@
 //   min        acc = (xs < acc) ? xs : acc
 //   avg        sum, then acc / nranks in the accumulator type (integers truncate toward zero);
 //              the divisor is ReduceOp::nranks, not the number of sources (nranks < 1 acts as 1)
-//   premulsum  acc = s*x0; acc = acc + s*xs, where s is the element-type scalar (ReduceOp::scalar_ptr
-//              when non-null, else the bits in ReduceOp::scalar_bits) widened to the accumulator
+//   premulsum  acc = s*x0; acc = acc + s*xs, where s is the element-type scalar
+//              (ReduceOp::scalar_ptr when non-null, else the bits in ReduceOp::scalar_bits)
+//              widened to the accumulator
 //
 // A NaN result is stored as the element type's canonical quiet NaN (float 0x7FFFFFFF, double
 // 0x7FFFFFFFFFFFFFFF, see core/numeric.h for the narrow types), because NaN payloads otherwise
@@ -43,7 +45,7 @@
 
 namespace purlin {
 
-// ---- one IEEE operation each, never fused ---------------------------------------------------------
+// ---- one IEEE operation each, never fused -------------------------------------------------------
 
 namespace arith {
 
@@ -296,16 +298,18 @@ PURLIN_HD void reduce_range(void* dst, const void* const* srcs, int nsrc, std::s
 #if defined(__CUDA_ARCH__)
   for (std::size_t i = begin; i < end; ++i) out[i] = r.element(srcs, nsrc, i);
 #else
-  // Host: a block of accumulators at a time, one source after the other, so that each inner
-  // loop is a plain streaming loop the compiler vectorises. The order of operations per element
-  // is the same as element(). Every source of a block is read before the block is written, which
-  // keeps the exact in-place case correct.
+  // Host: a block of accumulators at a time, each pass streaming one or two sources through it in
+  // source order, so that every inner loop is a plain loop the compiler vectorises (two sources
+  // per pass also halve the traffic through the accumulators, and keep GCC from jamming
+  // single-source passes into a loop it no longer vectorises). The operations per element are
+  // those of element(), in the same order. Every source of a block is read before the block is
+  // written, which keeps the exact in-place case correct.
   constexpr std::size_t kBlock = 1024;
   A acc[kBlock];
   for (std::size_t b = begin; b < end; b += kBlock) {
     const std::size_t n = end - b < kBlock ? end - b : kBlock;
-    const auto src = [&](int s) { return static_cast<const S*>(srcs[s]) + b; };
-    int s = 1;
+    const auto src = [&](int k) { return static_cast<const S*>(srcs[k]) + b; };
+    int s;
     if (nsrc >= 2) {
       const S* x = src(0);
       const S* y = src(1);
@@ -314,8 +318,8 @@ PURLIN_HD void reduce_range(void* dst, const void* const* srcs, int nsrc, std::s
     } else {
       const S* x = src(0);
       for (std::size_t j = 0; j < n; ++j) acc[j] = r.first(x[j]);
+      s = 1;
     }
-    // Two sources per pass halves the traffic through the accumulators.
     for (; s + 1 < nsrc; s += 2) {
       const S* x = src(s);
       const S* y = src(s + 1);

@@ -319,7 +319,11 @@ void RootService::run(const std::atomic<bool>* stop) {
   if (end != HelloGate::End::done) {
     // At process exit (stop raised) nothing is logged: the logger may already be gone.
     if (end == HelloGate::End::timed_out) {
-      log::info(kLog, "{}: {} of {} ranks arrived before the deadline; giving up", who, met, nranks);
+      if (nranks) {
+        log::info(kLog, "{}: {} of {} ranks arrived before the deadline; giving up", who, met, nranks);
+      } else {
+        log::info(kLog, "{}: no rank arrived before the deadline; giving up", who);
+      }
     }
     return;
   }

@@ -65,6 +65,12 @@ Config read_config() {
     if (s >= 1 && s <= 64) c.slots = s;
     else log::warn("PURLIN_SLOTS={} is not in 1..64; ignored", slots);
   }
+  std::string channels = env("PURLIN_CHANNELS");
+  if (!channels.empty()) {
+    int v = std::atoi(channels.c_str());
+    if (v >= 1 && v <= 64) c.channels = v;
+    else log::warn("PURLIN_CHANNELS={} is not in 1..64; ignored", channels);
+  }
   return c;
 }
 
@@ -83,6 +89,7 @@ void log_config(const Config& c) {
   if (c.latency_disabled) log::info(log::kEnv, "PURLIN_LATENCY_MAX_BYTES=none: latency path disabled");
   else if (c.latency_max_bytes) log::info(log::kEnv, "PURLIN_LATENCY_MAX_BYTES set by environment to {}", c.latency_max_bytes);
   if (c.slots) log::info(log::kEnv, "PURLIN_SLOTS set by environment to {}", c.slots);
+  if (c.channels) log::info(log::kEnv, "PURLIN_CHANNELS set by environment to {}", c.channels);
 }
 
 }  // namespace

@@ -30,6 +30,7 @@ struct Config {
   std::uint64_t staging_bytes = 0;     // PURLIN_STAGING_BYTES
   std::uint64_t latency_max_bytes = 0; // PURLIN_LATENCY_MAX_BYTES (crossover; 0 keeps the table's)
   int slots = 0;                       // PURLIN_SLOTS
+  int channels = 0;                    // PURLIN_CHANNELS: CTAs per role on the SM datapath
   bool latency_disabled = false;       // PURLIN_LATENCY_MAX_BYTES=none forces the throughput path
 };
 

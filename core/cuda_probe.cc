@@ -37,4 +37,35 @@ int cuda_current_device() {
 #endif
 }
 
+std::uint64_t gpu_identity(int device) {
+#if defined(PURLIN_HAVE_CUDA)
+  if (device < 0) return 0;
+  char bus[64] = {0};
+  if (cudaDeviceGetPCIBusId(bus, sizeof(bus) - 1, device) != cudaSuccess) {
+    cudaGetLastError();
+    return static_cast<std::uint64_t>(device) + 1;
+  }
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (const char* p = bus; *p; ++p) h = (h ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
+  return h ? h : 1;
+#else
+  (void)device;
+  return 0;
+#endif
+}
+
+int gpu_sm_count(int device) {
+#if defined(PURLIN_HAVE_CUDA)
+  int n = 0;
+  if (device < 0 || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+#else
+  (void)device;
+  return 0;
+#endif
+}
+
 }  // namespace purlin

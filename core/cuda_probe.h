@@ -2,11 +2,17 @@
 // datapath where there is no driver or no device.
 #pragma once
 
+#include <cstdint>
+
 namespace purlin {
 
 // Number of usable CUDA devices; 0 when the build has no CUDA, there is no driver or no device.
 int cuda_device_count();
 // The calling thread's current device, or -1 when there is none.
 int cuda_current_device();
+// A 64-bit identity of a device, equal across processes (hash of its PCI bus id); 0 for none.
+std::uint64_t gpu_identity(int device);
+// Multiprocessors of a device (0 for none).
+int gpu_sm_count(int device);
 
 }  // namespace purlin

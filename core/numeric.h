@@ -1,9 +1,9 @@
 // Narrow floating-point element types and their conversions to and from float.
 //
-// Every conversion is written with integer and bit operations only, so the CPU datapath and GPU
-// kernels produce bit-identical results; the results equal the CUDA toolkit's host conversions
-// (__float2half_rn, __float2bfloat16_rn, __nv_cvt_float_to_fp8 with __NV_SATFINITE, and back),
-// which the unit tests check bit for bit.
+// Every conversion is written with integer and bit operations (and one integer-to-float
+// conversion that is exact), so the CPU datapath and GPU kernels produce bit-identical results.
+// The results equal the CUDA toolkit's conversions (__float2half_rn, __float2bfloat16_rn,
+// __nv_cvt_float_to_fp8 with __NV_SATFINITE, and back), which the unit tests check bit for bit.
 //
 // float -> narrow rounds to nearest, ties to even, and handles subnormals of both formats exactly.
 //   fp16, bf16: overflow rounds to infinity (IEEE); infinities stay infinities.
@@ -84,6 +84,13 @@ namespace numeric_detail {
 
 inline constexpr std::uint32_t kFloatQuietNaN = 0x7FFFFFFFu;
 
+// All ones when c holds, else zero: selects written as masks compile to straight-line code (and
+// vectorise) where a compiler might otherwise branch on data.
+PURLIN_HD std::uint32_t mask_if(bool c) { return 0u - static_cast<std::uint32_t>(c); }
+PURLIN_HD std::uint32_t select(std::uint32_t mask, std::uint32_t a, std::uint32_t b) {
+  return (a & mask) | (b & ~mask);
+}
+
 // Rounds a finite magnitude `a` (float bits, sign clear) to a binary format with `Man` stored
 // mantissa bits and exponent bias `Bias`, to nearest with ties to even. Returns the magnitude
 // code (exponent and mantissa fields). The caller has already handled NaN and values whose
@@ -108,21 +115,13 @@ PURLIN_HD std::uint32_t round_magnitude(std::uint32_t a) {
     // 2^(1 - Bias - Man), is the full significand shifted right.
     const int e = static_cast<int>(a >> 23);
     const int shift = 151 - Bias - Man - e;  // >= 1 here
-    if (shift > 24) return 0;               // below half the smallest subnormal (or a float subnormal)
+    if (shift > 24) return 0;  // below half the smallest subnormal, zero, or a float subnormal
     const std::uint32_t sig = (a & 0x7FFFFFu) | 0x800000u;
     code = sig >> shift;
     rem = sig & ((1u << shift) - 1u);
     half = 1u << (shift - 1);
   }
-  if (rem > half || (rem == half && (code & 1u))) ++code;
-  return code;
-}
-
-// All ones when c holds, else zero: selects written as masks compile to straight-line code (and
-// vectorise) where a compiler might otherwise branch on data.
-PURLIN_HD std::uint32_t mask_if(bool c) { return 0u - static_cast<std::uint32_t>(c); }
-PURLIN_HD std::uint32_t select(std::uint32_t mask, std::uint32_t a, std::uint32_t b) {
-  return (a & mask) | (b & ~mask);
+  return code + static_cast<std::uint32_t>(rem > half || (rem == half && (code & 1u)));
 }
 
 // Widens the magnitude code (exponent field above `Man` mantissa bits, no sign) of a finite value
@@ -151,8 +150,10 @@ PURLIN_HD float f16_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t mag = h & 0x7FFFu;
   const std::uint32_t finite = sign | numeric_detail::widen_magnitude<10, 15>(mag);
-  const std::uint32_t special = mag == 0x7C00u ? (sign | 0x7F800000u) : numeric_detail::kFloatQuietNaN;
-  return bits_as_float(numeric_detail::select(numeric_detail::mask_if(mag >= 0x7C00u), special, finite));
+  const std::uint32_t special =
+      mag == 0x7C00u ? (sign | 0x7F800000u) : numeric_detail::kFloatQuietNaN;
+  return bits_as_float(
+      numeric_detail::select(numeric_detail::mask_if(mag >= 0x7C00u), special, finite));
 }
 
 PURLIN_HD std::uint16_t float_to_f16(float f) {
@@ -185,8 +186,8 @@ PURLIN_HD float f8e4m3_to_float(std::uint8_t c) {
   const std::uint32_t sign = static_cast<std::uint32_t>(c & 0x80u) << 24;
   const std::uint32_t mag = c & 0x7Fu;
   const std::uint32_t finite = sign | numeric_detail::widen_magnitude<3, 7>(mag);
-  return bits_as_float(
-      numeric_detail::select(numeric_detail::mask_if(mag == 0x7Fu), numeric_detail::kFloatQuietNaN, finite));
+  return bits_as_float(numeric_detail::select(numeric_detail::mask_if(mag == 0x7Fu),
+                                              numeric_detail::kFloatQuietNaN, finite));
 }
 
 PURLIN_HD std::uint8_t float_to_f8e4m3(float f) {

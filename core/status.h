@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "core/hd.h"
+
 namespace purlin {
 
 enum class Status : int {
@@ -17,7 +19,7 @@ enum class Status : int {
   in_progress = 7,       // non-blocking operation not finished yet
 };
 
-inline bool failed(Status s) { return s != Status::ok && s != Status::in_progress; }
+PURLIN_HD bool failed(Status s) { return s != Status::ok && s != Status::in_progress; }
 
 // Records the message of the last failure of the calling thread (ncclGetLastError) and logs
 // it at WARN. Returns `code` so that call sites read `return fail(Status::x, "...")`.

@@ -163,13 +163,8 @@ NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_
   const std::size_t bytes = count * es * comm->nranks;
   const char* s = static_cast<const char*>(sendbuff);
   const char* d = static_cast<const char*>(recvbuff);
-  if (s < d + bytes && d < s + bytes) {
-    // Overlapping buffers: partitions arrive in any order, so read the input from a private copy.
-    auto copy = std::shared_ptr<char[]>(new char[bytes]);
-    std::memcpy(copy.get(), sendbuff, bytes);
-    o.keep_alive = copy;
-    sendbuff = copy.get();
-  }
+  o.copy_input = s < d + bytes && d < s + bytes;
+  o.input_bytes = bytes;
   o.in = even_parts(sendbuff, count, comm->nranks, es);
   o.out = even_parts(recvbuff, count, comm->nranks, es);
   return enqueue(comm, std::move(o), stream);

@@ -62,10 +62,10 @@ ncclResult_t choose_device(const char* fn, int* device) {
     *device = -1;
     return ncclSuccess;
   }
-  return fail(nullptr, ncclInvalidUsage,
-              fmt::format("{}: a CUDA device is present but this build's GPU datapath is not available; set "
-                          "PURLIN_DATAPATH=host to use the host datapath with host buffers",
-                          fn));
+  int d = cuda_current_device();
+  if (d < 0) return fail(nullptr, ncclUnhandledCudaError, fmt::format("{}: cannot read the current CUDA device", fn));
+  *device = d;
+  return ncclSuccess;
 }
 
 void init_body(ncclComm* comm, purlin::UniqueId id, int rank, int nranks) {
@@ -323,7 +323,15 @@ NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
 NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
   if (comm == nullptr || !is_live(comm)) return check_comm("ncclCommGetAsyncError", comm);
   if (asyncError == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
-  *asyncError = static_cast<ncclResult_t>(comm->async_error.load(std::memory_order_acquire));
+  int e = comm->async_error.load(std::memory_order_acquire);
+  if (e == ncclSuccess && comm->impl) {
+    Status s = comm->impl->async_status();
+    if (s != Status::ok) {
+      e = static_cast<int>(s);
+      comm->async_error.store(e);
+    }
+  }
+  *asyncError = static_cast<ncclResult_t>(e);
   return ncclSuccess;
 }
 

@@ -24,13 +24,19 @@ std::string fit(double value, int width) {
 
 std::string join_names(const std::vector<ncclDataType_t>& types) {
   std::string text;
-  for (auto type : types) text += (text.empty() ? "" : " ") + std::string(name_of(type));
+  for (auto type : types) {
+    if (!text.empty()) text += ' ';
+    text += name_of(type);
+  }
   return text;
 }
 
 std::string join_names(const std::vector<Op>& ops) {
   std::string text;
-  for (auto op : ops) text += (text.empty() ? "" : " ") + std::string(name_of(op));
+  for (auto op : ops) {
+    if (!text.empty()) text += ' ';
+    text += name_of(op);
+  }
   return text;
 }
 

@@ -11,6 +11,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "core/topology.h"
+#include "core/cuda_probe.h"
 
 namespace purlin::snac {
 
@@ -26,8 +27,10 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Opti
   struct Hello {
     std::uint64_t host;
     std::uint64_t nonce;
+    std::uint64_t gpu;  // identity of the rank's GPU (0: none)
     std::int32_t pid;
-  } mine{host_id(), std::random_device{}() * 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(getpid()), getpid()};
+  } mine{host_id(), std::random_device{}() * 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(getpid()),
+         gpu_identity(options.device), getpid()};
   std::vector<Hello> all(static_cast<std::size_t>(nranks));
   PURLIN_TRY(comm->bootstrap_->all_gather(&mine, sizeof(Hello), all.data()));
   for (int r = 0; r < nranks; ++r)
@@ -41,9 +44,17 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Opti
   args.tag = fmt::format("{:x}-{:x}", static_cast<unsigned>(all[0].pid), all[0].nonce);
   args.device = options.device;
   args.timeout_s = config().timeout_s;
-  args.policy = policy_for(DatapathKind::host, nranks);
-  comm->policy_ = args.policy;
-  PURLIN_TRY(make_host_executor(args, &comm->executor_));
+  if (options.device >= 0) {
+    int sharing = 0;  // ranks on this rank's GPU, this one included
+    for (int r = 0; r < nranks; ++r) sharing += all[r].gpu == mine.gpu ? 1 : 0;
+    args.policy = policy_for(DatapathKind::sm, nranks, sharing, gpu_sm_count(options.device));
+    comm->policy_ = args.policy;
+    PURLIN_TRY(make_sm_executor(args, &comm->executor_));
+  } else {
+    args.policy = policy_for(DatapathKind::host, nranks, 1, 0);
+    comm->policy_ = args.policy;
+    PURLIN_TRY(make_host_executor(args, &comm->executor_));
+  }
   PURLIN_TRY(comm->bootstrap_->barrier());
   log::info(log::kInit, "comm rank {} nranks {} datapath {} ready", rank, nranks, comm->executor_->datapath());
   *out = std::move(comm);

@@ -28,6 +28,7 @@ class Communicator {
   struct Options {
     int device = -1;  // CUDA device, or -1 on the host datapath
   };
+  const Policy& policy() const { return policy_; }
 
   // Joins the ranks of `id` and builds the datapath. Blocking.
   static Status create(const UniqueId& id, int rank, int nranks, const Options& options,
@@ -52,6 +53,8 @@ class Communicator {
   // Any thread: ends every wait in progress with an error; later operations fail.
   void abort();
   bool aborted() const { return aborted_.load(); }
+  // An error the datapath found after a call returned.
+  Status async_status() const { return executor_->async_status(); }
 
   // Collective over this communicator: the ranks passing the same color form a new communicator,
   // ordered by key then by rank here. color < 0: this rank joins none (*out stays null).

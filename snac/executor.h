@@ -22,6 +22,8 @@ class Executor {
   virtual const char* datapath() const = 0;
   // The plan name of the last op executed, e.g. "AllReduce_RSxPull_AGxPull" (logs, benchmarks).
   virtual std::string last_plan() const = 0;
+  // An error a datapath found after the call returned (a kernel that timed out or was aborted).
+  virtual Status async_status() const { return Status::ok; }
 };
 
 struct ExecutorArgs {
@@ -34,5 +36,8 @@ struct ExecutorArgs {
 
 // The host datapath: ranks on one host share POSIX shared memory; threads stand in for CTAs.
 Status make_host_executor(const ExecutorArgs& args, std::unique_ptr<Executor>* out);
+// The SM datapath: windows in device memory shared through CUDA IPC, roles run by CTAs.
+// args.policy.workers is the number of channels (CTAs per role).
+Status make_sm_executor(const ExecutorArgs& args, std::unique_ptr<Executor>* out);
 
 }  // namespace purlin::snac

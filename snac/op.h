@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "core/types.h"
@@ -32,7 +31,10 @@ struct Op {
   std::vector<Part> in;     // scattered input: nranks parts; packed: 1
   std::vector<Part> out;    // scattered/transposed output: nranks parts; packed: 1
   std::uint64_t mid_bytes = 0;
-  std::shared_ptr<void> keep_alive;  // a private copy of the input the call reads, if any
+  // The input overlaps the output where partitions may land before they are read (in-place
+  // AllToAll): the executor reads the input from a private copy.
+  bool copy_input = false;
+  std::uint64_t input_bytes = 0;  // with copy_input: the input's extent from in[0].ptr
 
   Call call() const {
     Call c;

@@ -18,6 +18,8 @@ const char* name_of(DatapathKind d) {
 
 namespace {
 
+constexpr int kMaxChannels = 8;
+
 struct TableEntry {
   DatapathKind datapath;
   const char* name;
@@ -39,7 +41,7 @@ constexpr TableEntry kTable[] = {
 
 }  // namespace
 
-Policy policy_for(DatapathKind datapath, int nranks) {
+Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms) {
   const TableEntry* e = &kTable[0];
   for (const auto& entry : kTable)
     if (entry.datapath == datapath) e = &entry;
@@ -58,9 +60,19 @@ Policy policy_for(DatapathKind datapath, int nranks) {
   if (c.latency_disabled) p.latency_max_bytes = 0;
   else if (c.latency_max_bytes) p.latency_max_bytes = c.latency_max_bytes;
   p.packets_per_pair = std::max<std::uint64_t>((p.latency_max_bytes + 7) / 8, 1);
-  if (c.staging_bytes || c.chunk_bytes || c.slots || c.latency_disabled || c.latency_max_bytes) p.name += "+env";
-  log::info(log::kTune, "policy {} for {} ranks: staging {} B x2, chunk {} B, {} slots, latency path up to {} B",
-            p.name, nranks, p.staging_half, p.chunk_bytes, p.slots, p.latency_max_bytes);
+  if (datapath == DatapathKind::sm) {
+    // Up to three roles per channel, at most 4 CTAs of 512 threads per SM, and keep half of the
+    // GPU's CTA slots free for the users' own kernels.
+    const int slots = std::max(1, sms * 4 / 2);
+    p.workers = std::clamp(slots / (3 * std::max(1, sharing)), 1, kMaxChannels);
+    if (c.channels) p.workers = std::clamp(c.channels, 1, kMaxChannels);
+  }
+  if (c.staging_bytes || c.chunk_bytes || c.slots || c.latency_disabled || c.latency_max_bytes || c.channels)
+    p.name += "+env";
+  log::info(log::kTune,
+            "policy {} for {} ranks ({} on this GPU): staging {} B x2, chunk {} B, {} slots, latency path up to {} B, "
+            "{} channels",
+            p.name, nranks, sharing, p.staging_half, p.chunk_bytes, p.slots, p.latency_max_bytes, p.workers);
   return p;
 }
 

@@ -23,7 +23,9 @@ struct Policy {
   double sim_gbps = 0;                 // and bytes (read + written) per second
 };
 
-// The policy for a datapath and rank count, with environment overrides applied.
-Policy policy_for(DatapathKind datapath, int nranks);
+// The policy for a datapath and rank count, with environment overrides applied. `sharing` ranks run
+// on this rank's GPU (processes or threads) and the GPU has `sms` multiprocessors: the CTAs of all
+// of them must be resident at once, which caps the channels (CTAs per role).
+Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms);
 
 }  // namespace purlin::snac

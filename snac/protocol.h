@@ -1,5 +1,8 @@
 // Stage, Notify, And Consume, written once over the Atom and the declaration.
 //
+// The roles run on one thread (host) or on every thread of a CTA (GPU), so all control flow here is
+// uniform and every write to LocalState goes through atom.put (one writer, visible to the group).
+//
 // Every (producer, consumer, phase) pair carries a sequence of messages numbered 1, 2, 3, ... that
 // both ends count in their LocalState (tx at the producer, rx at the consumer); the number doubles
 // as the notification value, so a wait is always "at least q", never a reset.
@@ -151,7 +154,8 @@ PURLIN_HD void for_each_consumer(const Context& ctx, const Call& call, const Off
 template <class Atom>
 PURLIN_HD Status push_message(Atom& atom, const Context& ctx, int phase, int consumer, const char* src,
                               std::uint64_t bytes) {
-  std::uint64_t q = ++ctx.state->tx[phase][consumer];
+  std::uint64_t q = ctx.state->tx[phase][consumer] + 1;
+  atom.put(&ctx.state->tx[phase][consumer], q);
   if (q > 2) PURLIN_TRY(atom.wait(slot_ack(ctx, phase, consumer), q - 2));
   atom.push(packets_of(ctx, consumer, phase, ctx.rank, q), src, bytes, q);
   return Status::ok;
@@ -164,7 +168,7 @@ PURLIN_HD Status open_lane(Atom& atom, const Context& ctx, int phase, int consum
   LocalState& st = *ctx.state;
   if (st.lane_first[phase][consumer]) PURLIN_TRY(atom.wait(slot_ack(ctx, phase, consumer), st.lane_first[phase][consumer]));
   atom.store_relaxed(lane_base_at(ctx, consumer, phase, ctx.rank), offset);
-  st.lane_first[phase][consumer] = st.tx[phase][consumer] + 1;
+  atom.put(&st.lane_first[phase][consumer], st.tx[phase][consumer] + 1);
   return Status::ok;
 }
 
@@ -189,7 +193,7 @@ PURLIN_HD void notify_chunk(Atom& atom, const Context& ctx, const Call& call, in
                             std::uint64_t j) {
   for_each_consumer<D>(ctx, call, o, [&](int d) {
     std::uint64_t q = ctx.state->lane_first[phase][d] + j;
-    ctx.state->tx[phase][d] = q;
+    atom.put(&ctx.state->tx[phase][d], q);
     atom.signal(ready_at(ctx, d, phase, ctx.rank), q);
   });
 }
@@ -250,7 +254,7 @@ PURLIN_HD Status acquire_chunk(Atom& atom, const Context& ctx, const Lanes& l, i
 
 template <class Atom>
 PURLIN_HD void ack_chunk(Atom& atom, const Context& ctx, int phase, int s, std::uint64_t q) {
-  ctx.state->rx[phase][s] = q;
+  atom.put(&ctx.state->rx[phase][s], q);
   atom.signal(ack_at(ctx, s, phase, ctx.rank), q);
 }
 
@@ -306,7 +310,8 @@ PURLIN_HD Status consume(Atom& atom, const Context& ctx, const Call& call, const
     if (use_latency(ctx, bytes)) {
       for (int s = 0; s < n; ++s) {
         if (!consumes_from<D>(call, s)) continue;
-        std::uint64_t q = ++ctx.state->rx[phase][s];
+        std::uint64_t q = ctx.state->rx[phase][s] + 1;
+        atom.put(&ctx.state->rx[phase][s], q);
         char* buf = ctx.scratch + static_cast<std::uint64_t>(s + 1) * ctx.latency_max;
         PURLIN_TRY(atom.pull(buf, packets_of(ctx, ctx.rank, phase, s, q), bytes, q));
         atom.signal(ack_at(ctx, s, phase, ctx.rank), q);
@@ -349,7 +354,8 @@ PURLIN_HD Status consume(Atom& atom, const Context& ctx, const Call& call, const
       q0[s] = ctx.state->rx[phase][s];
       if (bytes == 0) continue;
       if (use_latency(ctx, bytes)) {
-        std::uint64_t q = ++ctx.state->rx[phase][s];
+        std::uint64_t q = ctx.state->rx[phase][s] + 1;
+        atom.put(&ctx.state->rx[phase][s], q);
         if (next) dst = ctx.scratch;
         PURLIN_TRY(atom.pull(dst, packets_of(ctx, ctx.rank, phase, s, q), bytes, q));
         atom.signal(ack_at(ctx, s, phase, ctx.rank), q);
@@ -397,7 +403,7 @@ PURLIN_HD Status begin_call(Atom& atom, const Context& ctx) {
   return Status::ok;
 }
 
-// After every role of this call has finished on this rank.
+// After every role of this call has finished on this rank; one thread runs it.
 PURLIN_HD void end_call(const Context& ctx) {
   LocalState& st = *ctx.state;
   std::uint64_t half = st.epoch & 1;

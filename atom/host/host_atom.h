@@ -40,6 +40,8 @@ class HostAtom {
   void signal(std::uint64_t* flag, std::uint64_t value) const {
     std::atomic_ref<std::uint64_t>(*flag).store(value, std::memory_order_release);
   }
+  // A write to the rank's own protocol state (single writer).
+  void put(std::uint64_t* word, std::uint64_t value) const { *word = value; }
   void store_relaxed(std::uint64_t* word, std::uint64_t value) const {
     std::atomic_ref<std::uint64_t>(*word).store(value, std::memory_order_relaxed);
   }

@@ -107,6 +107,14 @@ class HostExecutor final : public Executor {
   Status execute(const Op& op, void*) override {
     if (abort_.load()) return fail(Status::remote_error, "the communicator was aborted");
     Call call = op.call();
+    std::vector<Part> private_in;
+    if (op.copy_input) {
+      // Partitions may land before they are read: read the input from a copy.
+      copy_.assign(op.in.front().ptr, op.in.front().ptr + op.input_bytes);
+      private_in = op.in;
+      for (Part& p : private_in) p.ptr = copy_.data() + (p.ptr - op.in.front().ptr);
+      call.in = private_in.data();
+    }
     return dispatch(op.kind, [&]<class D>() { return run<D>(call, name_of(op.kind)); });
   }
 
@@ -174,6 +182,7 @@ class HostExecutor final : public Executor {
   std::vector<Window> windows_;
   std::unique_ptr<LocalState> state_;
   std::vector<char> scratch_;
+  std::vector<char> copy_;
   Context ctx_{};
   std::atomic<bool> abort_{false};
   Worker workers_[2];

@@ -51,7 +51,9 @@ struct Format {
   int width() const { return 1 + exp_bits + man_bits; }
   std::uint32_t ncodes() const { return 1u << width(); }
   std::uint32_t sign_bit() const { return 1u << (exp_bits + man_bits); }
-  std::uint32_t exp_field(std::uint32_t c) const { return (c >> man_bits) & ((1u << exp_bits) - 1); }
+  std::uint32_t exp_field(std::uint32_t c) const {
+    return (c >> man_bits) & ((1u << exp_bits) - 1);
+  }
   std::uint32_t man_field(std::uint32_t c) const { return c & ((1u << man_bits) - 1); }
   bool is_nan(std::uint32_t c) const {
     const std::uint32_t emax = (1u << exp_bits) - 1;
@@ -114,7 +116,8 @@ struct Rounder {
     if (a >= vals.back()) return sign | static_cast<std::uint32_t>(vals.size() - 1);
     const auto hi = std::upper_bound(vals.begin(), vals.end(), a);
     const auto k = static_cast<std::uint32_t>(hi - vals.begin() - 1);
-    const double below = a - vals[k];  // exact: a and vals[k] are within a factor of two or vals[k] is 0
+    // Both differences are exact: a is within a factor of two of its neighbours (or vals[k] is 0).
+    const double below = a - vals[k];
     const double above = vals[k + 1] - a;
     std::uint32_t code = k;
     if (above < below || (above == below && (k & 1u))) code = k + 1;

@@ -25,8 +25,8 @@ struct Tag {
   static constexpr DataType value = T;
 };
 
-constexpr RedOpKind kOps[] = {RedOpKind::sum, RedOpKind::prod,  RedOpKind::max,
-                              RedOpKind::min, RedOpKind::avg,   RedOpKind::premulsum};
+constexpr RedOpKind kOps[] = {RedOpKind::sum, RedOpKind::prod, RedOpKind::max,
+                              RedOpKind::min, RedOpKind::avg,  RedOpKind::premulsum};
 constexpr unsigned char kPoison = 0xA5;
 
 template <class S>
@@ -36,7 +36,7 @@ std::uint64_t bits_of(S v) {
   return b;
 }
 
-// ---- reference arithmetic -------------------------------------------------------------------------
+// ---- reference arithmetic -----------------------------------------------------------------------
 
 float ref_add(float a, float b) { return static_cast<float>(static_cast<double>(a) + b); }
 float ref_mul(float a, float b) { return static_cast<float>(static_cast<double>(a) * b); }
@@ -184,7 +184,7 @@ struct Problem {
     expected.resize(count);
     std::vector<S> xs(static_cast<std::size_t>(nsrc));
     for (std::size_t i = 0; i < count; ++i) {
-      for (int s = 0; s < nsrc; ++s) xs[static_cast<std::size_t>(s)] = src[static_cast<std::size_t>(s)][i];
+      for (std::size_t s = 0; s < src.size(); ++s) xs[s] = src[s][i];
       expected[i] = Case<T>::reference(k, xs, scalar, nranks);
     }
   }
@@ -301,8 +301,9 @@ TEMPLATE_TEST_CASE("reduce_range computes exactly its range", "[reduce]", Tag<Da
 namespace {
 
 template <DataType T>
-std::vector<typename Elem<T>::storage> run(RedOpKind k, std::vector<std::vector<typename Elem<T>::storage>> srcs,
-                                           int nranks, std::uint64_t scalar_bits = 0) {
+std::vector<typename Elem<T>::storage> run(
+    RedOpKind k, std::vector<std::vector<typename Elem<T>::storage>> srcs, int nranks,
+    std::uint64_t scalar_bits = 0) {
   std::vector<const void*> ptrs;
   for (auto& v : srcs) ptrs.push_back(v.data());
   ReduceOp op;
@@ -332,7 +333,8 @@ TEST_CASE("integer arithmetic wraps; max and min are signed for signed types", "
   CHECK(run<DataType::int8>(RedOpKind::sum, {{127}, {1}}, 2) == std::vector<std::int8_t>{-128});
   CHECK(run<DataType::int8>(RedOpKind::premulsum, {{-128}}, 1, 0xFF) ==
         std::vector<std::int8_t>{-128});  // -128 * -1 wraps
-  CHECK(run<DataType::int32>(RedOpKind::prod, {{65536}, {65536}}, 2) == std::vector<std::int32_t>{0});
+  CHECK(run<DataType::int32>(RedOpKind::prod, {{65536}, {65536}}, 2) ==
+        std::vector<std::int32_t>{0});
   CHECK(run<DataType::int32>(RedOpKind::max, {{-5}, {3}}, 2) == std::vector<std::int32_t>{3});
   CHECK(run<DataType::uint32>(RedOpKind::max, {{0xFFFFFFFFu}, {3}}, 2) ==
         std::vector<std::uint32_t>{0xFFFFFFFFu});
@@ -367,7 +369,8 @@ TEST_CASE("NaN results are stored as the canonical quiet NaN", "[reduce]") {
   CHECK(float_as_bits(sum[0]) == 0x7FFFFFFFu);
   const auto one = run<DataType::f32>(RedOpKind::sum, {{bits_as_float(0xFF800001u)}}, 1);
   CHECK(float_as_bits(one[0]) == 0x7FFFFFFFu);
-  const auto dsum = run<DataType::f64>(RedOpKind::sum, {{bits_as_double(0xFFF8000000000042ull)}, {1.0}}, 2);
+  const double payload_dnan = bits_as_double(0xFFF8000000000042ull);
+  const auto dsum = run<DataType::f64>(RedOpKind::sum, {{payload_dnan}, {1.0}}, 2);
   CHECK(double_as_bits(dsum[0]) == 0x7FFFFFFFFFFFFFFFull);
   const auto h = run<DataType::f16>(RedOpKind::sum, {{f16_t{0xFE01}}, {f16_t{0x3C00}}}, 2);
   CHECK(h[0].bits == 0x7FFF);

@@ -281,6 +281,7 @@ Totals run_ranks(const Options& options, int nranks, bool join, int extra_ids,
     }
     if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // do not outlive a parent killed by the test runner
+      ::signal(SIGPIPE, SIG_IGN);           // a closed output must not kill a rank mid-collective
       if (::getppid() != parent) ::_exit(3);
       ::close(fds[0]);
       for (int k = 0; k < r; ++k) ::close(children[static_cast<std::size_t>(k)].fd);
@@ -296,6 +297,11 @@ Totals run_ranks(const Options& options, int nranks, bool join, int extra_ids,
   auto last_progress = start;
   std::uint64_t last_finished = 0;
   bool killed = false;
+  // A rank that ended without its report leaves its peers waiting in a collective: give them a
+  // short grace and stop them.
+  constexpr double kOrphanGrace_s = 20;
+  bool orphaned = false;
+  auto orphaned_at = start;
   for (;;) {
     std::vector<pollfd> pfds;
     std::vector<Child*> owners;
@@ -320,6 +326,10 @@ Totals run_ranks(const Options& options, int nranks, bool join, int extra_ids,
       if (got <= 0) {
         ::close(c.fd);
         c.fd = -1;
+        if (c.got != sizeof(Report) && !orphaned) {
+          orphaned = true;
+          orphaned_at = std::chrono::steady_clock::now();
+        }
         continue;
       }
       for (ssize_t k = 0; k < got; ++k) {
@@ -336,9 +346,11 @@ Totals run_ranks(const Options& options, int nranks, bool join, int extra_ids,
     }
     const bool over_time = seconds_since(start) > options.timeout_s;
     const bool stalled = std::chrono::duration<double>(now - last_progress).count() > options.stall_s;
-    if (over_time || stalled) {
+    const bool abandoned = orphaned && std::chrono::duration<double>(now - orphaned_at).count() > kOrphanGrace_s;
+    if (over_time || stalled || abandoned) {
       std::fprintf(stderr, "FAIL %s after %.0f s; killing the ranks still running:\n",
-                   over_time ? "time limit reached" : "no progress", seconds_since(start));
+                   over_time ? "time limit reached" : stalled ? "no progress" : "a rank died, the others did not finish",
+                   seconds_since(start));
       for (int r = 0; r < nranks; ++r) {
         Child& c = children[static_cast<std::size_t>(r)];
         if (c.fd < 0) continue;

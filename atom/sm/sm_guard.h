@@ -1,0 +1,14 @@
+// Where a kernel of the SM datapath learns that it must stop, and reports why it stopped.
+#pragma once
+
+#include <cstdint>
+
+namespace purlin::atom {
+
+struct SmGuard {
+  const volatile int* abort;   // host-mapped: set by ncclCommAbort / revoke
+  volatile int* error;         // host-mapped: a kernel that gives up stores a Status here
+  std::uint64_t timeout_ns;    // a wait longer than this gives up
+};
+
+}  // namespace purlin::atom

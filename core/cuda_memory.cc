@@ -1,0 +1,83 @@
+#include "core/cuda_memory.h"
+
+#include <cstring>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+namespace purlin::cuda {
+
+Status check(int e, const char* what) {
+  if (e == cudaSuccess) return Status::ok;
+  auto err = static_cast<cudaError_t>(e);
+  cudaGetLastError();  // clear the sticky-free error so later calls are not blamed
+  return fail(Status::cuda_error, fmt::format("{}: CUDA error {} ({})", what, cudaGetErrorName(err), cudaGetErrorString(err)));
+}
+
+Status alloc(std::size_t bytes, void** ptr) {
+  PURLIN_TRY(check(cudaMalloc(ptr, bytes), "cudaMalloc"));
+  Status s = check(cudaMemset(*ptr, 0, bytes), "cudaMemset");
+  if (s != Status::ok) {
+    cudaFree(*ptr);
+    *ptr = nullptr;
+  }
+  return s;
+}
+
+void free(void* ptr) {
+  if (ptr) cudaFree(ptr);
+}
+
+Status ipc_export(void* ptr, IpcHandle* out) {
+  static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(IpcHandle));
+  cudaIpcMemHandle_t h;
+  PURLIN_TRY(check(cudaIpcGetMemHandle(&h, ptr), "cudaIpcGetMemHandle"));
+  std::memcpy(out->bytes, &h, sizeof(h));
+  return Status::ok;
+}
+
+Status ipc_import(const IpcHandle& handle, void** ptr) {
+  cudaIpcMemHandle_t h;
+  std::memcpy(&h, handle.bytes, sizeof(h));
+  return check(cudaIpcOpenMemHandle(ptr, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+}
+
+void ipc_close(void* ptr) {
+  if (ptr) cudaIpcCloseMemHandle(ptr);
+}
+
+Status host_mapped_alloc(std::size_t bytes, void** host, void** device) {
+  PURLIN_TRY(check(cudaHostAlloc(host, bytes, cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc"));
+  std::memset(*host, 0, bytes);
+  Status s = check(cudaHostGetDevicePointer(device, *host, 0), "cudaHostGetDevicePointer");
+  if (s != Status::ok) cudaFreeHost(*host);
+  return s;
+}
+
+void host_mapped_free(void* host) {
+  if (host) cudaFreeHost(host);
+}
+
+Status current_device(int* device) { return check(cudaGetDevice(device), "cudaGetDevice"); }
+Status set_device(int device) { return check(cudaSetDevice(device), "cudaSetDevice"); }
+
+int device_of(const void* ptr) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) return a.device;
+  return -1;
+}
+
+int sm_count(int device) {
+  int n = 0;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace purlin::cuda

@@ -1,0 +1,190 @@
+// The SM datapath bound to SNAC: windows in device memory shared through CUDA IPC (or plain
+// pointers between ranks of one process), the protocol's roles run by CTAs of one kernel per call
+// (sm_kernel.cu).
+//
+// A call is cut into `channels` independent slices; each slice runs the whole protocol with its own
+// window region and LocalState, one CTA per role. Every rank's CTAs must be resident together (they
+// spin on each other), which the policy's channel count keeps true when several ranks share a GPU.
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/cuda_memory.h"
+#include "core/log.h"
+#include "snac/executor.h"
+#include "snac/executors/sm_kernel.h"
+
+namespace purlin::snac {
+namespace {
+
+class SmExecutor final : public Executor {
+ public:
+  ~SmExecutor() override {
+    if (last_stream_used_) cudaDeviceSynchronize();
+    for (void* p : imported_) cuda::ipc_close(p);
+    cuda::free(window_);
+    cuda::free(windows_dev_);
+    cuda::free(state_);
+    cuda::free(scratch_);
+    cuda::free(done_);
+    cuda::free(copy_);
+    cuda::host_mapped_free(flags_host_);
+  }
+
+  Status init(const ExecutorArgs& args, int channels) {
+    Bootstrap& boot = *args.bootstrap;
+    policy_ = args.policy;
+    device_ = args.device;
+    channels_ = channels;
+    const int n = boot.nranks(), me = boot.rank();
+    if (n > kMaxRanks)
+      return fail(Status::invalid_usage, fmt::format("the SM datapath serves at most {} ranks (asked for {})", kMaxRanks, n));
+    PURLIN_TRY(cuda::set_device(device_));
+    geo_ = WindowGeometry::make(n, policy_.staging_half, policy_.packets_per_pair);
+    const std::uint64_t window_bytes = geo_.total * channels_;
+    PURLIN_TRY(cuda::alloc(window_bytes, &window_));
+    PURLIN_TRY(cuda::alloc(sizeof(LocalState) * channels_, reinterpret_cast<void**>(&state_)));
+    scratch_bytes_ = (static_cast<std::uint64_t>(n) + 1) * policy_.latency_max_bytes + 256;
+    PURLIN_TRY(cuda::alloc(scratch_bytes_ * channels_, reinterpret_cast<void**>(&scratch_)));
+    PURLIN_TRY(cuda::alloc(sizeof(unsigned) * channels_, reinterpret_cast<void**>(&done_)));
+    void* flags_dev = nullptr;
+    PURLIN_TRY(cuda::host_mapped_alloc(2 * sizeof(int), &flags_host_, &flags_dev));
+    abort_host_ = static_cast<volatile int*>(flags_host_);
+    error_host_ = static_cast<volatile int*>(flags_host_) + 1;
+
+    struct Export {
+      std::int32_t pid;
+      std::int32_t device;
+      std::uint64_t ptr;
+      cuda::IpcHandle handle;
+    } mine{getpid(), device_, reinterpret_cast<std::uint64_t>(window_), {}};
+    PURLIN_TRY(cuda::ipc_export(window_, &mine.handle));
+    std::vector<Export> all(static_cast<std::size_t>(n));
+    PURLIN_TRY(boot.all_gather(&mine, sizeof(Export), all.data()));
+    std::vector<char*> bases(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      if (all[r].pid == mine.pid) {
+        bases[r] = reinterpret_cast<char*>(all[r].ptr);  // same process: the pointer is valid here
+        continue;
+      }
+      void* p = nullptr;
+      PURLIN_TRY(cuda::ipc_import(all[r].handle, &p));
+      imported_.push_back(p);
+      bases[r] = static_cast<char*>(p);
+    }
+    std::vector<Window> windows(static_cast<std::size_t>(n) * channels_);
+    for (int c = 0; c < channels_; ++c)
+      for (int r = 0; r < n; ++r) windows[c * n + r] = Window::at(bases[r] + c * geo_.total, geo_);
+    PURLIN_TRY(cuda::alloc(sizeof(Window) * windows.size(), reinterpret_cast<void**>(&windows_dev_)));
+    PURLIN_TRY(cuda::check(cudaMemcpy(windows_dev_, windows.data(), sizeof(Window) * windows.size(), cudaMemcpyHostToDevice),
+                           "cudaMemcpy(windows)"));
+    PURLIN_TRY(boot.barrier());  // every peer has mapped every window
+
+    args_.ctx.rank = me;
+    args_.ctx.nranks = n;
+    args_.ctx.geo = geo_;
+    args_.ctx.win = windows_dev_;
+    args_.ctx.state = state_;
+    args_.ctx.scratch = scratch_;
+    args_.ctx.latency_max = policy_.latency_max_bytes;
+    args_.ctx.chunk_cap = policy_.chunk_bytes;
+    args_.ctx.slots = policy_.slots;
+    args_.channels = channels_;
+    args_.scratch_bytes = scratch_bytes_;
+    args_.guard = atom::SmGuard{static_cast<const volatile int*>(flags_dev), static_cast<volatile int*>(flags_dev) + 1,
+                                static_cast<std::uint64_t>(args.timeout_s * 1e9)};
+    args_.done = done_;
+    log::info(log::kInit, "SM datapath: rank {}/{} on device {}, {} channels x {} B windows, policy {}", me, n, device_,
+              channels_, geo_.total, policy_.name);
+    return Status::ok;
+  }
+
+  Status execute(const Op& op, void* stream_ptr) override {
+    if (*abort_host_) return fail(Status::remote_error, "the communicator was aborted");
+    if (*error_host_) return fail(Status::remote_error, "a previous operation of this communicator failed on the GPU");
+    auto stream = static_cast<cudaStream_t>(stream_ptr);
+    KernelArgs a = args_;
+    a.root = op.root;
+    a.type = op.type;
+    a.op = op.op;
+    a.mid_bytes = op.mid_bytes;
+    a.nin = static_cast<int>(op.in.size());
+    a.nout = static_cast<int>(op.out.size());
+    for (int i = 0; i < a.nin; ++i) a.in[i] = op.in[i];
+    for (int i = 0; i < a.nout; ++i) a.out[i] = op.out[i];
+    if (op.copy_input) {
+      PURLIN_TRY(ensure_copy(op.input_bytes));
+      PURLIN_TRY(cuda::check(cudaMemcpyAsync(copy_, op.in.front().ptr, op.input_bytes, cudaMemcpyDeviceToDevice, stream),
+                             "cudaMemcpyAsync(private input)"));
+      for (int i = 0; i < a.nin; ++i) a.in[i].ptr = copy_ + (op.in[i].ptr - op.in.front().ptr);
+    }
+    last_stream_used_ = true;
+    {
+      std::lock_guard<std::mutex> g(plan_m_);
+      last_plan_ = fmt::format("{}_SMx{}ch", name_of(op.kind), channels_);
+    }
+    return cuda::check(launch_snac(op.kind, a, stream), "launching the SNAC kernel");
+  }
+
+  void abort() override {
+    if (abort_host_) *abort_host_ = 1;
+  }
+  const char* datapath() const override { return "sm"; }
+  std::string last_plan() const override {
+    std::lock_guard<std::mutex> g(plan_m_);
+    return last_plan_;
+  }
+  Status async_status() const override {
+    if (error_host_ && *error_host_) return static_cast<Status>(*error_host_);
+    return Status::ok;
+  }
+
+ private:
+  Status ensure_copy(std::uint64_t bytes) {
+    if (bytes <= copy_bytes_) return Status::ok;
+    // Work already queued may still read the old copy: wait for the device before replacing it.
+    PURLIN_TRY(cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
+    cuda::free(copy_);
+    copy_ = nullptr;
+    PURLIN_TRY(cuda::alloc(bytes, reinterpret_cast<void**>(&copy_)));
+    copy_bytes_ = bytes;
+    return Status::ok;
+  }
+
+  Policy policy_;
+  int device_ = 0;
+  int channels_ = 1;
+  WindowGeometry geo_{};
+  void* window_ = nullptr;
+  Window* windows_dev_ = nullptr;
+  LocalState* state_ = nullptr;
+  char* scratch_ = nullptr;
+  std::uint64_t scratch_bytes_ = 0;
+  unsigned* done_ = nullptr;
+  char* copy_ = nullptr;
+  std::uint64_t copy_bytes_ = 0;
+  void* flags_host_ = nullptr;
+  volatile int* abort_host_ = nullptr;
+  volatile int* error_host_ = nullptr;
+  std::vector<void*> imported_;
+  KernelArgs args_{};
+  bool last_stream_used_ = false;
+  mutable std::mutex plan_m_;
+  std::string last_plan_;
+};
+
+}  // namespace
+
+Status make_sm_executor(const ExecutorArgs& args, std::unique_ptr<Executor>* out) {
+  auto exec = std::make_unique<SmExecutor>();
+  PURLIN_TRY(exec->init(args, std::max(1, args.policy.workers)));
+  *out = std::move(exec);
+  return Status::ok;
+}
+
+}  // namespace purlin::snac

@@ -1,0 +1,13 @@
+// Builds without the CUDA toolkit have no SM datapath; communicators on a GPU fail with this reason.
+#include <fmt/format.h>
+
+#include "snac/executor.h"
+
+namespace purlin::snac {
+
+Status make_sm_executor(const ExecutorArgs&, std::unique_ptr<Executor>*) {
+  return fail(Status::invalid_usage, "this build has no GPU datapath (configured without the CUDA toolkit); "
+                                     "set PURLIN_DATAPATH=host to use the host datapath with host buffers");
+}
+
+}  // namespace purlin::snac

@@ -1,0 +1,435 @@
+// The correctness matrix on a GPU: every collective x type x op x in/out-of-place x count x root,
+// ranks as processes (fork; run under MPS when they share a GPU) or as threads of one process
+// (ncclCommInitAll with a repeated device), eager and CUDA-graph captured (captured once, replayed
+// three times with fresh inputs). Inputs are seeded random, outputs poisoned; the reference is the
+// host datapath's own arithmetic (reduce_host), so a pass means bit-identical to the host datapath.
+//
+// Usage: test_gpu_matrix [--ranks N] [--threads] [--graph] [--quick] [--filter NAME]
+// Prints "N passed, N failed" (or a skip line when no GPU is usable) and exits non-zero on failure.
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "atom/host/reduce_host.h"
+#include "core/numeric.h"
+#include "core/types.h"
+
+namespace {
+
+using purlin::DataType;
+using purlin::RedOpKind;
+
+#define CUDA_OK(x)                                                                       \
+  do {                                                                                   \
+    cudaError_t e_ = (x);                                                                \
+    if (e_ != cudaSuccess) {                                                             \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::_Exit(3);                                                                     \
+    }                                                                                    \
+  } while (0)
+
+enum class Coll { all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, gather, scatter, send_recv };
+const char* coll_name(Coll c) {
+  static const char* names[] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter",
+                                "AllToAll", "Gather", "Scatter", "SendRecv"};
+  return names[static_cast<int>(c)];
+}
+bool reduces(Coll c) { return c == Coll::all_reduce || c == Coll::reduce || c == Coll::reduce_scatter; }
+bool rooted(Coll c) { return c == Coll::broadcast || c == Coll::reduce || c == Coll::gather || c == Coll::scatter; }
+
+struct Options {
+  int ranks = 2;
+  bool threads = false;
+  bool graph = false;
+  bool quick = false;
+  std::string filter;
+};
+
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Element i of rank r's input for a case: small values so that prod and sums stay finite, never
+// all zeros.
+void fill(DataType t, std::uint64_t seed, int rank, std::size_t count, std::vector<char>* out) {
+  const std::size_t es = purlin::size_of(t);
+  out->resize(count * es);
+  char* p = out->data();
+  for (std::size_t i = 0; i < count; ++i) {
+    std::uint64_t h = mix(seed ^ (static_cast<std::uint64_t>(rank) << 48) ^ i);
+    float f = static_cast<float>(static_cast<int>(h % 17) - 8) / 4.0f + 1.0f;  // -1 .. 3, steps of 0.25
+    std::int64_t k = static_cast<std::int64_t>(h % 7) + 1 - 3;                // -2 .. 4
+    switch (t) {
+      case DataType::int8: { std::int8_t v = static_cast<std::int8_t>(k); std::memcpy(p + i * es, &v, es); break; }
+      case DataType::uint8: { std::uint8_t v = static_cast<std::uint8_t>(h % 5 + 1); std::memcpy(p + i * es, &v, es); break; }
+      case DataType::int32: { std::int32_t v = static_cast<std::int32_t>(k * 1000 + static_cast<std::int64_t>(h % 997)); std::memcpy(p + i * es, &v, es); break; }
+      case DataType::uint32: { std::uint32_t v = static_cast<std::uint32_t>(h % 100000 + 1); std::memcpy(p + i * es, &v, es); break; }
+      case DataType::int64: { std::int64_t v = static_cast<std::int64_t>(h % 2000001) - 1000000; std::memcpy(p + i * es, &v, es); break; }
+      case DataType::uint64: { std::uint64_t v = h % 3 + 1; std::memcpy(p + i * es, &v, es); break; }
+      case DataType::f16: { std::uint16_t v = purlin::float_to_f16(f); std::memcpy(p + i * es, &v, es); break; }
+      case DataType::bf16: { std::uint16_t v = purlin::float_to_bf16(f); std::memcpy(p + i * es, &v, es); break; }
+      case DataType::f32: { float v = f + static_cast<float>(h % 1000) * 1e-4f; std::memcpy(p + i * es, &v, es); break; }
+      case DataType::f64: { double v = f + static_cast<double>(h % 100000) * 1e-7; std::memcpy(p + i * es, &v, es); break; }
+      case DataType::f8e4m3: { std::uint8_t v = purlin::float_to_f8e4m3(f); std::memcpy(p + i * es, &v, es); break; }
+      case DataType::f8e5m2: { std::uint8_t v = purlin::float_to_f8e5m2(f); std::memcpy(p + i * es, &v, es); break; }
+    }
+  }
+}
+
+struct Case {
+  Coll coll;
+  DataType type;
+  RedOpKind op;
+  std::size_t count;
+  int root;
+  bool in_place;
+};
+
+// Buffer sizes in elements for a case on n ranks.
+void extents(const Case& c, int n, std::size_t* send, std::size_t* recv) {
+  std::size_t k = c.count;
+  switch (c.coll) {
+    case Coll::all_reduce: case Coll::broadcast: case Coll::reduce: case Coll::send_recv: *send = *recv = k; break;
+    case Coll::all_gather: case Coll::gather: *send = k; *recv = k * n; break;
+    case Coll::reduce_scatter: case Coll::scatter: *send = k * n; *recv = k; break;
+    case Coll::all_to_all: *send = *recv = k * n; break;
+  }
+}
+
+// The expected output of rank `me`, from every rank's input (regenerated here).
+bool expected(const Case& c, int n, int me, std::uint64_t seed, std::uint64_t scalar_seed, std::vector<char>* out,
+              bool* checked) {
+  const std::size_t es = purlin::size_of(c.type);
+  std::size_t send_elems, recv_elems;
+  extents(c, n, &send_elems, &recv_elems);
+  std::vector<std::vector<char>> in(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) fill(c.type, seed, r, send_elems, &in[r]);
+  out->assign(recv_elems * es, 0);
+  *checked = true;
+  purlin::ReduceOp op{c.op, 0, nullptr, n};
+  if (c.op == RedOpKind::premulsum) {
+    std::vector<char> s;
+    fill(c.type, scalar_seed, 0, 1, &s);
+    std::memcpy(&op.scalar_bits, s.data(), es);
+  }
+  auto reduce_into = [&](char* dst, std::size_t offset, std::size_t count) {
+    std::vector<const void*> srcs(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) srcs[r] = in[r].data() + offset * es;
+    purlin::reduce_host(c.type, op, dst, srcs.data(), n, count);
+  };
+  const std::size_t k = c.count;
+  switch (c.coll) {
+    case Coll::all_reduce: reduce_into(out->data(), 0, k); break;
+    case Coll::reduce:
+      if (me != c.root) *checked = false;
+      else reduce_into(out->data(), 0, k);
+      break;
+    case Coll::reduce_scatter: reduce_into(out->data(), static_cast<std::size_t>(me) * k, k); break;
+    case Coll::broadcast: std::memcpy(out->data(), in[c.root].data(), k * es); break;
+    case Coll::all_gather:
+      for (int r = 0; r < n; ++r) std::memcpy(out->data() + r * k * es, in[r].data(), k * es);
+      break;
+    case Coll::gather:
+      if (me != c.root) *checked = false;
+      else for (int r = 0; r < n; ++r) std::memcpy(out->data() + r * k * es, in[r].data(), k * es);
+      break;
+    case Coll::scatter: std::memcpy(out->data(), in[c.root].data() + me * k * es, k * es); break;
+    case Coll::all_to_all:
+      for (int r = 0; r < n; ++r) std::memcpy(out->data() + r * k * es, in[r].data() + me * k * es, k * es);
+      break;
+    case Coll::send_recv: {
+      int from = (me - 1 + n) % n;  // a ring: send to me+1, receive from me-1
+      std::memcpy(out->data(), in[from].data(), k * es);
+      break;
+    }
+  }
+  return true;
+}
+
+struct Rank {
+  int me = 0, n = 1;
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  int passed = 0, failed = 0;
+};
+
+ncclResult_t issue(Rank& R, const Case& c, void* send, void* recv, ncclRedOp_t op) {
+  const ncclDataType_t t = static_cast<ncclDataType_t>(c.type);
+  switch (c.coll) {
+    case Coll::all_reduce: return ncclAllReduce(send, recv, c.count, t, op, R.comm, R.stream);
+    case Coll::broadcast: return ncclBroadcast(send, recv, c.count, t, c.root, R.comm, R.stream);
+    case Coll::reduce: return ncclReduce(send, recv, c.count, t, op, c.root, R.comm, R.stream);
+    case Coll::all_gather: return ncclAllGather(send, recv, c.count, t, R.comm, R.stream);
+    case Coll::reduce_scatter: return ncclReduceScatter(send, recv, c.count, t, op, R.comm, R.stream);
+    case Coll::all_to_all: return ncclAlltoAll(send, recv, c.count, t, R.comm, R.stream);
+    case Coll::gather: return ncclGather(send, recv, c.count, t, c.root, R.comm, R.stream);
+    case Coll::scatter: return ncclScatter(send, recv, c.count, t, c.root, R.comm, R.stream);
+    case Coll::send_recv: {
+      ncclGroupStart();
+      ncclSend(send, c.count, t, (R.me + 1) % R.n, R.comm, R.stream);
+      ncclRecv(recv, c.count, t, (R.me - 1 + R.n) % R.n, R.comm, R.stream);
+      return ncclGroupEnd();
+    }
+  }
+  return ncclInternalError;
+}
+
+// Runs one case on one rank: eager, or captured once and replayed three times with fresh inputs.
+void run_case(Rank& R, const Case& c, bool graph, std::uint64_t base_seed) {
+  const std::size_t es = purlin::size_of(c.type);
+  std::size_t send_elems, recv_elems;
+  extents(c, R.n, &send_elems, &recv_elems);
+  const std::size_t send_bytes = send_elems * es, recv_bytes = recv_elems * es;
+  // In place: input and output share one buffer at the offsets NCCL's in-place convention names.
+  const std::size_t alloc = std::max(send_bytes, recv_bytes) + 4096;
+  const std::size_t slot = static_cast<std::size_t>(R.me) * c.count * es;
+  char* buf = nullptr;
+  char* other = nullptr;
+  CUDA_OK(cudaMalloc(&buf, alloc));
+  char* send = buf;
+  char* recv = buf;
+  if (c.in_place) {
+    if (c.coll == Coll::all_gather || c.coll == Coll::gather) send = buf + slot;
+    if (c.coll == Coll::reduce_scatter || c.coll == Coll::scatter) recv = buf + slot;
+  } else {
+    CUDA_OK(cudaMalloc(&other, alloc));
+    send = other;
+  }
+
+  ncclRedOp_t op = static_cast<ncclRedOp_t>(static_cast<int>(c.op));
+  const std::uint64_t scalar_seed = mix(base_seed ^ 0x5CA1A8);
+  if (c.op == RedOpKind::premulsum) {
+    std::vector<char> sc;
+    fill(c.type, scalar_seed, 0, 1, &sc);
+    ncclRedOpCreatePreMulSum(&op, sc.data(), static_cast<ncclDataType_t>(c.type), ncclScalarHostImmediate, R.comm);
+  }
+  const int replays = graph ? 3 : 1;
+  cudaGraphExec_t exec = nullptr;
+  for (int rep = 0; rep < replays; ++rep) {
+    const std::uint64_t seed = mix(base_seed + rep);
+    std::vector<char> in, want;
+    fill(c.type, seed, R.me, send_elems, &in);
+    CUDA_OK(cudaMemset(buf, 0xA5, alloc));
+    if (other) CUDA_OK(cudaMemset(other, 0x5A, alloc));
+    CUDA_OK(cudaMemcpy(send, in.data(), send_bytes, cudaMemcpyHostToDevice));
+    if (graph) {
+      if (rep == 0) {
+        cudaGraph_t g;
+        CUDA_OK(cudaStreamBeginCapture(R.stream, cudaStreamCaptureModeThreadLocal));
+        ncclResult_t e = issue(R, c, send, recv, op);
+        CUDA_OK(cudaStreamEndCapture(R.stream, &g));
+        if (e != ncclSuccess) {
+          std::printf("FAIL capture %s: %s\n", coll_name(c.coll), ncclGetErrorString(e));
+          R.failed++;
+          break;
+        }
+        CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
+        CUDA_OK(cudaGraphDestroy(g));
+      }
+      CUDA_OK(cudaGraphLaunch(exec, R.stream));
+    } else {
+      ncclResult_t e = issue(R, c, send, recv, op);
+      if (e != ncclSuccess) {
+        std::printf("FAIL %s: %s (%s)\n", coll_name(c.coll), ncclGetErrorString(e), ncclGetLastError(R.comm));
+        R.failed++;
+        break;
+      }
+    }
+    CUDA_OK(cudaStreamSynchronize(R.stream));
+    bool checked;
+    expected(c, R.n, R.me, seed, scalar_seed, &want, &checked);
+    if (!checked) continue;  // this rank has no output (not the root)
+    std::vector<char> got(recv_bytes);
+    CUDA_OK(cudaMemcpy(got.data(), recv, recv_bytes, cudaMemcpyDeviceToHost));
+    std::size_t bad = 0, first = 0;
+    for (std::size_t i = 0; i < recv_bytes; ++i)
+      if (got[i] != want[i]) {
+        if (!bad) first = i;
+        ++bad;
+      }
+    if (bad) {
+      R.failed++;
+      std::printf("FAIL rank %d/%d %s %s %s count %zu root %d %s %s rep %d: %zu bytes wrong, first at byte %zu "
+                  "(got %02x want %02x)\n",
+                  R.me, R.n, coll_name(c.coll), purlin::name_of(c.type), purlin::name_of(c.op), c.count, c.root,
+                  c.in_place ? "in-place" : "out-of-place", graph ? "graph" : "eager", rep, bad, first,
+                  static_cast<unsigned char>(got[first]), static_cast<unsigned char>(want[first]));
+    } else {
+      R.passed++;
+    }
+  }
+  if (c.op == RedOpKind::premulsum) ncclRedOpDestroy(op, R.comm);
+  if (exec) cudaGraphExecDestroy(exec);
+  cudaFree(buf);
+  if (other) cudaFree(other);
+}
+
+std::vector<Case> cases(const Options& o, int n) {
+  std::vector<Case> out;
+  std::vector<std::size_t> counts = o.quick ? std::vector<std::size_t>{1, 1000, 65537}
+                                            : std::vector<std::size_t>{1, 7, 1000, 65537, 1048579};
+  const Coll colls[] = {Coll::all_reduce, Coll::broadcast, Coll::reduce, Coll::all_gather, Coll::reduce_scatter,
+                        Coll::all_to_all, Coll::gather, Coll::scatter, Coll::send_recv};
+  for (Coll c : colls) {
+    if (!o.filter.empty() && o.filter != coll_name(c)) continue;
+    for (int t = 0; t < purlin::kNumDataTypes; ++t) {
+      int nops = reduces(c) ? 6 : 1;
+      for (int k = 0; k < nops; ++k) {
+        for (std::size_t count : counts) {
+          // The largest count with every type and op would take long: all types with sum, all ops with
+          // float and bf16.
+          if (count > 100000 && reduces(c) && k != 0 && t != static_cast<int>(DataType::f32) &&
+              t != static_cast<int>(DataType::bf16))
+            continue;
+          if (!reduces(c) && t != static_cast<int>(DataType::int8) && t != static_cast<int>(DataType::f32) &&
+              count > 1000)
+            continue;  // copies are type-blind: bytes are bytes
+          for (int ip = 0; ip < 2; ++ip) {
+            std::vector<int> roots = rooted(c) ? std::vector<int>{0, n - 1} : std::vector<int>{0};
+            if (n == 1) roots = {0};
+            for (int root : roots) {
+              if (c == Coll::send_recv && ip) continue;
+              out.push_back(Case{c, static_cast<DataType>(t), static_cast<RedOpKind>(k), count, root, ip == 1});
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void run_rank(Rank& R, const Options& o) {
+  std::vector<Case> all = cases(o, R.n);
+  std::uint64_t seed = 1;
+  for (const Case& c : all) {
+    run_case(R, c, false, seed);
+    if (o.graph) run_case(R, c, true, seed + 1000);
+    seed += 7919;
+  }
+}
+
+int usable_gpus() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--ranks" && i + 1 < argc) o.ranks = std::atoi(argv[++i]);
+    else if (a == "--threads") o.threads = true;
+    else if (a == "--graph") o.graph = true;
+    else if (a == "--quick") o.quick = true;
+    else if (a == "--filter" && i + 1 < argc) o.filter = argv[++i];
+  }
+  if (o.threads && usable_gpus() == 0) {
+    std::printf("SKIPPED: no CUDA device usable on this machine\n0 passed, 0 failed, 1 skipped\n");
+    return 77;
+  }
+  int passed = 0, failed = 0;
+  if (o.threads) {
+    std::vector<ncclComm_t> comms(o.ranks);
+    std::vector<int> devs(o.ranks, 0);
+    CUDA_OK(cudaSetDevice(0));
+    if (ncclCommInitAll(comms.data(), o.ranks, devs.data()) != ncclSuccess) {
+      std::printf("FAIL ncclCommInitAll\n0 passed, 1 failed\n");
+      return 1;
+    }
+    std::vector<Rank> ranks(o.ranks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < o.ranks; ++r) {
+      ranks[r].me = r;
+      ranks[r].n = o.ranks;
+      ranks[r].comm = comms[r];
+      threads.emplace_back([&, r] {
+        CUDA_OK(cudaSetDevice(0));
+        CUDA_OK(cudaStreamCreateWithFlags(&ranks[r].stream, cudaStreamNonBlocking));
+        run_rank(ranks[r], o);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (auto& R : ranks) {
+      passed += R.passed;
+      failed += R.failed;
+      ncclCommDestroy(R.comm);
+    }
+  } else {
+    ncclUniqueId id;
+    if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
+    int pipes[2];
+    if (pipe(pipes) != 0) return 1;
+    std::vector<pid_t> pids;
+    for (int r = 0; r < o.ranks; ++r) {
+      pid_t pid = fork();
+      if (pid == 0) {
+        close(pipes[0]);
+        if (usable_gpus() == 0) {
+          int result[2] = {-1, 0};
+          (void)!write(pipes[1], result, sizeof(result));
+          _exit(0);
+        }
+        Rank R;
+        R.me = r;
+        R.n = o.ranks;
+        CUDA_OK(cudaSetDevice(0));
+        CUDA_OK(cudaStreamCreateWithFlags(&R.stream, cudaStreamNonBlocking));
+        if (ncclCommInitRank(&R.comm, o.ranks, id, r) != ncclSuccess) {
+          std::printf("FAIL init rank %d\n", r);
+          _exit(2);
+        }
+        run_rank(R, o);
+        ncclCommDestroy(R.comm);
+        int result[2] = {R.passed, R.failed};
+        (void)!write(pipes[1], result, sizeof(result));
+        std::fflush(stdout);
+        _exit(0);
+      }
+      pids.push_back(pid);
+    }
+    close(pipes[1]);
+    bool skipped = false;
+    for (int r = 0; r < o.ranks; ++r) {
+      int result[2] = {0, 0};
+      if (read(pipes[0], result, sizeof(result)) == sizeof(result)) {
+        if (result[0] < 0) skipped = true;
+        else {
+          passed += result[0];
+          failed += result[1];
+        }
+      } else {
+        failed++;
+      }
+    }
+    for (pid_t p : pids) {
+      int st = 0;
+      waitpid(p, &st, 0);
+      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) failed++;
+    }
+    if (skipped) {
+      std::printf("SKIPPED: no CUDA device usable on this machine\n0 passed, 0 failed, 1 skipped\n");
+      return 77;
+    }
+  }
+  std::printf("%s %d ranks (%s%s): %d passed, %d failed\n", failed ? "FAILED" : "OK", o.ranks,
+              o.threads ? "threads" : "processes", o.graph ? ", eager and graph" : ", eager", passed, failed);
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}

@@ -87,7 +87,15 @@ Bench::Bench(Datapath& datapath, ncclComm_t comm, int rank, int nranks, int iter
       warmup_(warmup), check_(check) {}
 
 Measurement Bench::run(const RowSpec& spec) {
-  return visit_type(spec.type, [&](auto tag) { return run_typed<typename decltype(tag)::type>(spec); });
+  try {
+    return visit_type(spec.type, [&](auto tag) { return run_typed<typename decltype(tag)::type>(spec); });
+  } catch (const NcclError& e) {
+    if (e.result != ncclInvalidArgument) throw;
+    unsupported_reason_ = e.what();
+    Measurement m;
+    m.unsupported = 1;
+    return m;
+  }
 }
 
 template <class T>
@@ -106,16 +114,16 @@ Measurement Bench::run_typed(const RowSpec& spec) {
     std::vector<T> expected = check_ ? reference.expected() : std::vector<T>{};
     Images<T> images = make_images(placement, counts, reference.inputs(), expected, input_read);
 
-    // Out of place: two buffers. In place: one, holding the send and receive areas at nccl-tests'
-    // offsets.
+    // Out of place: a send and a receive buffer. In place: one buffer holding both areas at
+    // nccl-tests' offsets.
     const bool in_place = placement == kInPlace;
-    Buffer first(datapath_, (in_place ? counts.inplace_elements() : counts.send) * sizeof(T));
-    Buffer second(datapath_, (in_place ? 0 : counts.recv) * sizeof(T));
-    char* send = first.data() + (in_place ? counts.inplace_send * sizeof(T) : 0);
-    char* recv = in_place ? first.data() + counts.inplace_recv * sizeof(T) : second.data();
+    Buffer buffer(datapath_, (in_place ? counts.inplace_elements() : counts.send) * sizeof(T));
+    Buffer recv_buffer(datapath_, in_place ? 0 : counts.recv * sizeof(T));
+    char* send = buffer.data() + (in_place ? counts.inplace_send * sizeof(T) : 0);
+    char* recv = in_place ? buffer.data() + counts.inplace_recv * sizeof(T) : recv_buffer.data();
     auto load = [&] {
       if (in_place) {
-        upload(datapath_, first.data(), images.inplace);
+        upload(datapath_, buffer.data(), images.inplace);
       } else {
         upload(datapath_, send, images.send);
         upload(datapath_, recv, images.recv);

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "collective.h"
 #include "datapath.h"
@@ -25,15 +26,20 @@ enum Placement { kOutOfPlace = 0, kInPlace = 1 };
 
 // What one rank measured; rank 0 combines these over the ranks.
 struct Measurement {
-  double time_us[2] = {0, 0};     // by Placement: average time per call
+  double time_us[2] = {0, 0};       // by Placement: average time per call
   std::uint64_t wrong[2] = {0, 0};  // by Placement: wrong output elements (0 when not checked)
+  std::uint64_t unsupported = 0;    // 1: the library refused the row with ncclInvalidArgument
 };
 
 class Bench {
  public:
   Bench(Datapath& datapath, ncclComm_t comm, int rank, int nranks, int iters, int warmup,
         bool check);
+  // A row the library refuses with ncclInvalidArgument (which leaves the communicator usable, and
+  // which every rank sees alike) comes back as `unsupported`; other errors throw.
   Measurement run(const RowSpec& spec);
+  // Why the last unsupported row was refused.
+  const std::string& unsupported_reason() const { return unsupported_reason_; }
 
  private:
   template <class T> Measurement run_typed(const RowSpec& spec);
@@ -42,6 +48,7 @@ class Bench {
   ncclComm_t comm_;
   int rank_, nranks_, iters_, warmup_;
   bool check_;
+  std::string unsupported_reason_;
 };
 
 }  // namespace perf

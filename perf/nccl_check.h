@@ -9,7 +9,8 @@
 namespace perf {
 
 struct NcclError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  NcclError(ncclResult_t r, const std::string& message) : std::runtime_error(message), result(r) {}
+  ncclResult_t result;
 };
 
 inline void check_nccl(ncclResult_t result, const std::string& what, ncclComm_t comm = nullptr) {
@@ -17,7 +18,7 @@ inline void check_nccl(ncclResult_t result, const std::string& what, ncclComm_t 
   std::string message = what + " failed: " + ncclGetErrorString(result);
   const char* detail = ncclGetLastError(comm);
   if (detail != nullptr && detail[0] != '\0') message += " (" + std::string(detail) + ")";
-  throw NcclError(message);
+  throw NcclError(result, message);
 }
 
 }  // namespace perf

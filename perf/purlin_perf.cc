@@ -3,11 +3,13 @@
 // reference, and sends its measurements to rank 0, which prints the table.
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "bench.h"
 #include "datapath.h"
@@ -60,6 +62,7 @@ Measurement combine(const std::vector<std::string>& per_rank) {
       combined.time_us[p] = std::max(combined.time_us[p], m.time_us[p]);
       combined.wrong[p] += m.wrong[p];
     }
+    combined.unsupported = std::max(combined.unsupported, m.unsupported);
   }
   return combined;
 }
@@ -92,7 +95,10 @@ int run_rank(const Options& o, const RankContext& ctx) {
           my_wrong += mine.wrong[0] + mine.wrong[1];
           auto all = gather_to_root(ctx, "row" + std::to_string(row_index),
                                     std::string(reinterpret_cast<const char*>(&mine), sizeof mine));
-          if (report) report->add(spec, combine(all), plan_of(spec));
+          if (report) {
+            const std::string refusal = mine.unsupported ? bench.unsupported_reason() : "";
+            report->add(spec, combine(all), plan_of(spec), refusal);
+          }
           ++row_index;
         }
       }

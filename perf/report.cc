@@ -129,11 +129,13 @@ void Report::begin_table(const Collective& coll) {
   std::fflush(stdout);
 }
 
-void Report::add(const RowSpec& spec, const Measurement& combined, const std::string& plan) {
+void Report::add(const RowSpec& spec, const Measurement& combined, const std::string& plan,
+                 const std::string& refusal) {
   Row row;
   row.spec = spec;
   row.combined = combined;
   row.plan = plan;
+  if (combined.unsupported) row.unsupported = refusal.empty() ? "refused on another rank" : refusal;
   const std::size_t element = size_of(spec.type);
   const Counts counts = spec.coll->counts(spec.bytes / element, nranks_, 0);
   row.bytes = spec.coll->row_bytes(counts, element);
@@ -146,6 +148,12 @@ void Report::add(const RowSpec& spec, const Measurement& combined, const std::st
 
   std::printf(kLeadFormat, std::to_string(row.bytes).c_str(), std::to_string(row.count).c_str(),
               name_of(spec.type), name_of(spec.op), std::to_string(spec.root).c_str());
+  if (!row.unsupported.empty()) {
+    std::printf("  unsupported: %s\n", row.unsupported.c_str());
+    std::fflush(stdout);
+    rows_.push_back(std::move(row));
+    return;
+  }
   for (int p = 0; p < 2; ++p) {
     std::printf(kGroupFormat, fit(combined.time_us[p], 7).c_str(), fit(row.algbw[p], 6).c_str(),
                 fit(row.busbw[p], 6).c_str(),
@@ -156,32 +164,44 @@ void Report::add(const RowSpec& spec, const Measurement& combined, const std::st
   rows_.push_back(std::move(row));
 }
 
+Report::Totals Report::totals(std::size_t first_row) const {
+  Totals t;
+  std::size_t measured = 0;
+  for (std::size_t i = first_row; i < rows_.size(); ++i) {
+    const Row& row = rows_[i];
+    if (!row.unsupported.empty()) {
+      ++t.unsupported;
+      continue;
+    }
+    ++measured;
+    t.wrong += row.combined.wrong[0] + row.combined.wrong[1];
+    t.avg_busbw += row.busbw[0] + row.busbw[1];
+  }
+  if (measured != 0) t.avg_busbw /= 2.0 * static_cast<double>(measured);
+  return t;
+}
+
 void Report::end_table() {
   if (options_.collectives.size() < 2 || rows_.size() == table_start_) return;
-  double sum = 0;
-  for (std::size_t i = table_start_; i < rows_.size(); ++i) sum += rows_[i].busbw[0] + rows_[i].busbw[1];
   std::printf("# Avg bus bandwidth of %s: %g\n", rows_[table_start_].spec.coll->name,
-              sum / (2.0 * static_cast<double>(rows_.size() - table_start_)));
+              totals(table_start_).avg_busbw);
 }
 
 std::uint64_t Report::finish() {
-  // As nccl-tests: the average is over every row, out of place and in place.
-  std::uint64_t wrong = 0;
-  double busbw = 0;
-  for (const auto& row : rows_) {
-    wrong += row.combined.wrong[0] + row.combined.wrong[1];
-    busbw += row.busbw[0] + row.busbw[1];
+  const Totals t = totals(0);
+  std::printf("#\n# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(t.wrong),
+              t.wrong != 0 ? "FAILED" : "OK");
+  if (t.unsupported != 0) {
+    std::printf("# Unsupported rows     : %zu (refused by the library with ncclInvalidArgument)\n",
+                t.unsupported);
   }
-  if (!rows_.empty()) busbw /= 2.0 * static_cast<double>(rows_.size());
-  std::printf("#\n# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong),
-              wrong != 0 ? "FAILED" : "OK");
-  std::printf("# Avg bus bandwidth    : %g\n#\n", busbw);
+  std::printf("# Avg bus bandwidth    : %g\n#\n", t.avg_busbw);
   std::fflush(stdout);
-  if (json_ != nullptr) write_json(wrong, busbw);
-  return wrong;
+  if (json_ != nullptr) write_json(t);
+  return t.wrong;
 }
 
-void Report::write_json(std::uint64_t wrong, double avg_busbw) {
+void Report::write_json(const Totals& totals) {
   int version = 0;
   ncclGetVersion(&version);
   std::string out = "{\n  \"tool\": \"purlin-perf\",\n";
@@ -207,18 +227,25 @@ void Report::write_json(std::uint64_t wrong, double avg_busbw) {
     out += ", \"warmup_iterations\": " + std::to_string(options_.warmup_iters);
     out += ", \"graph\": " + std::to_string(options_.graph ? 1 : 0);
     out += ", \"check\": " + std::to_string(options_.check ? 1 : 0);
+    const bool ran = row.unsupported.empty();
     for (int p = 0; p < 2; ++p) {
-      out += p == kOutOfPlace ? ", \"out_of_place\": {" : ", \"in_place\": {";
-      out += "\"time_us\": " + json_number(row.combined.time_us[p]);
+      out += p == kOutOfPlace ? ", \"out_of_place\": " : ", \"in_place\": ";
+      if (!ran) {
+        out += "null";
+        continue;
+      }
+      out += "{\"time_us\": " + json_number(row.combined.time_us[p]);
       out += ", \"algbw_gbps\": " + json_number(row.algbw[p]);
       out += ", \"busbw_gbps\": " + json_number(row.busbw[p]);
       out += ", \"wrong\": " + (options_.check ? std::to_string(row.combined.wrong[p]) : "null");
       out += "}";
     }
+    out += ", \"unsupported\": " + (ran ? "null" : json_string(row.unsupported));
     out += ", \"plan\": " + json_string(row.plan) + "}";
   }
-  out += "\n  ],\n  \"out_of_bounds\": " + std::to_string(wrong);
-  out += ",\n  \"avg_busbw_gbps\": " + json_number(avg_busbw) + "\n}\n";
+  out += "\n  ],\n  \"out_of_bounds\": " + std::to_string(totals.wrong);
+  out += ",\n  \"unsupported_rows\": " + std::to_string(totals.unsupported);
+  out += ",\n  \"avg_busbw_gbps\": " + json_number(totals.avg_busbw) + "\n}\n";
   if (std::fwrite(out.data(), 1, out.size(), json_) != out.size() || std::fflush(json_) != 0) {
     throw std::runtime_error("cannot write " + options_.json_path);
   }

@@ -21,6 +21,7 @@ struct Row {
   double algbw[2] = {0, 0};  // GB/s, by Placement
   double busbw[2] = {0, 0};
   std::string plan;
+  std::string unsupported;   // why the library refused the row; empty when it ran
 };
 
 class Report {
@@ -32,14 +33,22 @@ class Report {
   Report& operator=(const Report&) = delete;
 
   void begin_table(const Collective& coll);
-  // Computes the derived columns, prints the row and keeps it for the JSON file.
-  void add(const RowSpec& spec, const Measurement& combined, const std::string& plan);
+  // Computes the derived columns, prints the row and keeps it for the JSON file. `refusal` says
+  // why the library refused the row, when `combined.unsupported`.
+  void add(const RowSpec& spec, const Measurement& combined, const std::string& plan,
+           const std::string& refusal);
   void end_table();
   // Prints the summary, writes the JSON file and returns the total of wrong elements.
   std::uint64_t finish();
 
  private:
-  void write_json(std::uint64_t wrong, double avg_busbw);
+  struct Totals {
+    std::uint64_t wrong = 0;
+    std::size_t unsupported = 0;
+    double avg_busbw = 0;  // as nccl-tests: over every measured row, out of place and in place
+  };
+  Totals totals(std::size_t first_row) const;
+  void write_json(const Totals& totals);
 
   const Options& options_;
   int nranks_;

@@ -164,6 +164,11 @@ struct Rank {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
   int passed = 0, failed = 0;
+  // Two buffers sized for the largest case, allocated once: cudaMalloc and cudaFree synchronise the
+  // device, which would stall ranks that share this process while a peer's kernel waits for them.
+  char* buf = nullptr;
+  char* other = nullptr;
+  std::size_t capacity = 0;
 };
 
 ncclResult_t issue(Rank& R, const Case& c, void* send, void* recv, ncclRedOp_t op) {
@@ -195,17 +200,20 @@ void run_case(Rank& R, const Case& c, bool graph, std::uint64_t base_seed) {
   const std::size_t send_bytes = send_elems * es, recv_bytes = recv_elems * es;
   // In place: input and output share one buffer at the offsets NCCL's in-place convention names.
   const std::size_t alloc = std::max(send_bytes, recv_bytes) + 4096;
+  if (alloc > R.capacity) {
+    std::printf("FAIL buffers too small for %zu bytes\n", alloc);
+    R.failed++;
+    return;
+  }
   const std::size_t slot = static_cast<std::size_t>(R.me) * c.count * es;
-  char* buf = nullptr;
-  char* other = nullptr;
-  CUDA_OK(cudaMalloc(&buf, alloc));
+  char* buf = R.buf;
+  char* other = c.in_place ? nullptr : R.other;
   char* send = buf;
   char* recv = buf;
   if (c.in_place) {
     if (c.coll == Coll::all_gather || c.coll == Coll::gather) send = buf + slot;
     if (c.coll == Coll::reduce_scatter || c.coll == Coll::scatter) recv = buf + slot;
   } else {
-    CUDA_OK(cudaMalloc(&other, alloc));
     send = other;
   }
 
@@ -222,9 +230,10 @@ void run_case(Rank& R, const Case& c, bool graph, std::uint64_t base_seed) {
     const std::uint64_t seed = mix(base_seed + rep);
     std::vector<char> in, want;
     fill(c.type, seed, R.me, send_elems, &in);
-    CUDA_OK(cudaMemset(buf, 0xA5, alloc));
-    if (other) CUDA_OK(cudaMemset(other, 0x5A, alloc));
-    CUDA_OK(cudaMemcpy(send, in.data(), send_bytes, cudaMemcpyHostToDevice));
+    // Inputs and poison go in on the rank's stream, so the collective sees them complete.
+    CUDA_OK(cudaMemsetAsync(buf, 0xA5, alloc, R.stream));
+    if (other) CUDA_OK(cudaMemsetAsync(other, 0x5A, alloc, R.stream));
+    CUDA_OK(cudaMemcpyAsync(send, in.data(), send_bytes, cudaMemcpyHostToDevice, R.stream));
     if (graph) {
       if (rep == 0) {
         cudaGraph_t g;
@@ -253,7 +262,8 @@ void run_case(Rank& R, const Case& c, bool graph, std::uint64_t base_seed) {
     expected(c, R.n, R.me, seed, scalar_seed, &want, &checked);
     if (!checked) continue;  // this rank has no output (not the root)
     std::vector<char> got(recv_bytes);
-    CUDA_OK(cudaMemcpy(got.data(), recv, recv_bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpyAsync(got.data(), recv, recv_bytes, cudaMemcpyDeviceToHost, R.stream));
+    CUDA_OK(cudaStreamSynchronize(R.stream));
     std::size_t bad = 0, first = 0;
     for (std::size_t i = 0; i < recv_bytes; ++i)
       if (got[i] != want[i]) {
@@ -273,8 +283,6 @@ void run_case(Rank& R, const Case& c, bool graph, std::uint64_t base_seed) {
   }
   if (c.op == RedOpKind::premulsum) ncclRedOpDestroy(op, R.comm);
   if (exec) cudaGraphExecDestroy(exec);
-  cudaFree(buf);
-  if (other) cudaFree(other);
 }
 
 std::vector<Case> cases(const Options& o, int n) {
@@ -312,14 +320,29 @@ std::vector<Case> cases(const Options& o, int n) {
   return out;
 }
 
+void allocate(Rank& R, const Options& o) {
+  std::vector<Case> all = cases(o, R.n);
+  std::size_t most = 0;
+  for (const Case& c : all) {
+    std::size_t s, r;
+    extents(c, R.n, &s, &r);
+    most = std::max(most, std::max(s, r) * purlin::size_of(c.type) + 4096);
+  }
+  R.capacity = most;
+  CUDA_OK(cudaMalloc(&R.buf, most));
+  CUDA_OK(cudaMalloc(&R.other, most));
+}
+
 void run_rank(Rank& R, const Options& o) {
   std::vector<Case> all = cases(o, R.n);
+  if (!R.buf) allocate(R, o);
   std::uint64_t seed = 1;
   for (const Case& c : all) {
     run_case(R, c, false, seed);
     if (o.graph) run_case(R, c, true, seed + 1000);
     seed += 7919;
   }
+  CUDA_OK(cudaStreamSynchronize(R.stream));
 }
 
 int usable_gpus() {
@@ -359,6 +382,9 @@ int main(int argc, char** argv) {
       ranks[r].me = r;
       ranks[r].n = o.ranks;
       ranks[r].comm = comms[r];
+      allocate(ranks[r], o);  // before any kernel runs: allocation may synchronise the device
+    }
+    for (int r = 0; r < o.ranks; ++r) {
       threads.emplace_back([&, r] {
         CUDA_OK(cudaSetDevice(0));
         CUDA_OK(cudaStreamCreateWithFlags(&ranks[r].stream, cudaStreamNonBlocking));

@@ -32,7 +32,7 @@ class SmExecutor final : public Executor {
     cuda::free(state_);
     cuda::free(scratch_);
     cuda::free(done_);
-    cuda::free(copy_);
+    if (copy_) cudaFree(copy_);
     cuda::host_mapped_free(flags_host_);
   }
 
@@ -83,6 +83,8 @@ class SmExecutor final : public Executor {
     PURLIN_TRY(cuda::alloc(sizeof(Window) * windows.size(), reinterpret_cast<void**>(&windows_dev_)));
     PURLIN_TRY(cuda::check(cudaMemcpy(windows_dev_, windows.data(), sizeof(Window) * windows.size(), cudaMemcpyHostToDevice),
                            "cudaMemcpy(windows)"));
+    // cudaMemset of the allocations above runs on the legacy stream: finish it before any kernel.
+    PURLIN_TRY(cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
     PURLIN_TRY(boot.barrier());  // every peer has mapped every window
 
     args_.ctx.rank = me;
@@ -118,7 +120,7 @@ class SmExecutor final : public Executor {
     for (int i = 0; i < a.nin; ++i) a.in[i] = op.in[i];
     for (int i = 0; i < a.nout; ++i) a.out[i] = op.out[i];
     if (op.copy_input) {
-      PURLIN_TRY(ensure_copy(op.input_bytes));
+      PURLIN_TRY(ensure_copy(op.input_bytes, stream));
       PURLIN_TRY(cuda::check(cudaMemcpyAsync(copy_, op.in.front().ptr, op.input_bytes, cudaMemcpyDeviceToDevice, stream),
                              "cudaMemcpyAsync(private input)"));
       for (int i = 0; i < a.nin; ++i) a.in[i].ptr = copy_ + (op.in[i].ptr - op.in.front().ptr);
@@ -145,13 +147,20 @@ class SmExecutor final : public Executor {
   }
 
  private:
-  Status ensure_copy(std::uint64_t bytes) {
+  // The private input copy grows in stream order (no device-wide synchronisation, which would stall
+  // ranks sharing this process while their peers' kernels wait for them).
+  Status ensure_copy(std::uint64_t bytes, cudaStream_t stream) {
     if (bytes <= copy_bytes_) return Status::ok;
-    // Work already queued may still read the old copy: wait for the device before replacing it.
-    PURLIN_TRY(cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
-    cuda::free(copy_);
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    PURLIN_TRY(cuda::check(cudaStreamIsCapturing(stream, &capturing), "cudaStreamIsCapturing"));
+    if (capturing != cudaStreamCaptureStatusNone)
+      return fail(Status::invalid_usage,
+                  fmt::format("an in-place AllToAll of {} bytes is larger than any before it on this communicator; "
+                              "run one eagerly before capturing it in a graph", bytes));
+    if (copy_) PURLIN_TRY(cuda::check(cudaFreeAsync(copy_, stream), "cudaFreeAsync"));
     copy_ = nullptr;
-    PURLIN_TRY(cuda::alloc(bytes, reinterpret_cast<void**>(&copy_)));
+    copy_bytes_ = 0;
+    PURLIN_TRY(cuda::check(cudaMallocAsync(reinterpret_cast<void**>(&copy_), bytes, stream), "cudaMallocAsync"));
     copy_bytes_ = bytes;
     return Status::ok;
   }

@@ -49,6 +49,8 @@ bool Collective::writes_output(int rank, int root) const {
   return (kind == K::reduce || kind == K::gather) ? rank == root : true;
 }
 
+bool Collective::checks_in_place() const { return kind != K::sendrecv; }
+
 Source Collective::source(std::size_t i, const Counts& c, int rank, int nranks, int root) const {
   const std::size_t part = c.param;
   const std::size_t r = static_cast<std::size_t>(rank);

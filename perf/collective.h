@@ -63,6 +63,9 @@ struct Collective {
   // Whether `rank`'s send buffer is read, and whether its receive buffer is written.
   bool reads_input(int rank, int root) const;
   bool writes_output(int rank, int root) const;
+  // False for SendRecv, as in nccl-tests: in place, each rank sends from the buffer its peer is
+  // writing into, so the result depends on timing. The call is timed but not checked.
+  bool checks_in_place() const;
   Source source(std::size_t i, const Counts& c, int rank, int nranks, int root) const;
   // Issues the call through the NCCL API.
   ncclResult_t issue(const void* send, void* recv, const CallArgs& args) const;

@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <optional>
 #include <string_view>
 #include <type_traits>
@@ -69,7 +68,7 @@ decltype(auto) visit_type(ncclDataType_t type, F&& f) {
 //   combine(op, Acc, Acc), divide(Acc, n) for avg
 //   make(random, op, nranks)  a non-zero input suited to op (no overflow to inf, no subnormals)
 //   premul_scalar()           the PreMulSum scalar purlin-perf uses (exact in every type)
-//   close(got, want)          exact for integers; within tolerance() relative for floats
+//   close(got, want)          exact for integers; within the type's relative tolerance for floats
 template <class T> struct Element;
 
 // Integers wrap: the reference reduces in the unsigned type of the same width, like the hardware.
@@ -77,7 +76,6 @@ template <class T>
 struct IntegerElement {
   using Acc = T;
   using U = std::make_unsigned_t<T>;
-  static constexpr bool floating = false;
   static Acc load(T v) { return v; }
   static T store(Acc v) { return v; }
   static Acc combine(Op op, Acc a, Acc b) {
@@ -97,7 +95,8 @@ struct IntegerElement {
       case Op::sum: case Op::avg: case Op::premulsum:
         return static_cast<T>(1 + random % 4);
       default: {  // max, min and plain copies: a wide range, signed where the type is
-        constexpr std::uint64_t span = sizeof(T) == 1 ? 100 : (std::uint64_t{1} << (sizeof(T) * 8 - 2));
+        constexpr std::uint64_t span =
+            sizeof(T) == 1 ? 100 : (std::uint64_t{1} << (sizeof(T) * 8 - 2));
         T magnitude = static_cast<T>(1 + (random >> 1) % span);
         if constexpr (std::is_signed_v<T>) {
           if (random & 1) return static_cast<T>(-magnitude);
@@ -107,7 +106,6 @@ struct IntegerElement {
     }
   }
   static bool close(T got, T want) { return got == want; }
-  static double to_double(T v) { return static_cast<double>(v); }
 };
 
 template <> struct Element<std::int8_t> : IntegerElement<std::int8_t> {};
@@ -132,7 +130,6 @@ template <> F8E5M2 from_float<F8E5M2>(float v);
 template <class T, class Acc_>
 struct FloatElement {
   using Acc = Acc_;
-  static constexpr bool floating = true;
   static Acc load(T v) {
     if constexpr (std::is_same_v<T, Acc>) return v; else return to_float(v);
   }

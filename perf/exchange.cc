@@ -56,8 +56,8 @@ std::string wait_for_file(const std::string& path, double timeout_s, const std::
     if (clock::now() > deadline) {
       char seconds[32];
       std::snprintf(seconds, sizeof seconds, "%g", timeout_s);
-      throw ExchangeError(std::string("timed out after ") + seconds + " s waiting for " + what + " (" + path +
-                          (seen_rejected ? ": it holds another run's data)" : ")"));
+      throw ExchangeError(std::string("timed out after ") + seconds + " s waiting for " + what +
+                          " (" + path + (seen_rejected ? ": it holds another run's data)" : ")"));
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(10000));

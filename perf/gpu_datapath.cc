@@ -50,12 +50,14 @@ class GpuDatapath final : public Datapath {
   // On the benchmark's stream, which does not synchronise with the legacy default stream.
   void upload(void* buffer, const void* host, std::size_t bytes) override {
     if (bytes == 0) return;
-    check_cuda(cudaMemcpyAsync(buffer, host, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
+    check_cuda(cudaMemcpyAsync(buffer, host, bytes, cudaMemcpyHostToDevice, stream_),
+               "cudaMemcpyAsync");
     finish();
   }
   void download(void* host, const void* buffer, std::size_t bytes) override {
     if (bytes == 0) return;
-    check_cuda(cudaMemcpyAsync(host, buffer, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+    check_cuda(cudaMemcpyAsync(host, buffer, bytes, cudaMemcpyDeviceToHost, stream_),
+               "cudaMemcpyAsync");
     finish();
   }
 
@@ -85,7 +87,8 @@ class GpuDatapath final : public Datapath {
   // Captures 128 calls in one graph; a warm-up replay, then enough replays to cover `iters` calls.
   double time_graph(const std::function<void()>& call, int warmup, int iters) {
     cudaGraph_t graph = nullptr;
-    check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+               "cudaStreamBeginCapture");
     try {
       for (int i = 0; i < kCallsPerGraph; ++i) call();
     } catch (...) {
@@ -104,7 +107,9 @@ class GpuDatapath final : public Datapath {
     try {
       if (warmup > 0) check_cuda(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
       check_cuda(cudaEventRecord(start_, stream_), "cudaEventRecord");
-      for (int i = 0; i < replays; ++i) check_cuda(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
+      for (int i = 0; i < replays; ++i) {
+        check_cuda(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
+      }
       check_cuda(cudaEventRecord(stop_, stream_), "cudaEventRecord");
       us = elapsed_us() / (static_cast<double>(replays) * kCallsPerGraph);
     } catch (...) {
@@ -127,8 +132,9 @@ std::unique_ptr<Datapath> make_gpu_datapath(int local_rank, bool graph, std::str
   int devices = 0;
   cudaError_t error = cudaGetDeviceCount(&devices);
   if (error != cudaSuccess || devices == 0) {
-    *why_not = error != cudaSuccess ? std::string("no usable CUDA device: ") + cudaGetErrorString(error)
-                                    : std::string("no CUDA device");
+    *why_not = error != cudaSuccess
+                   ? std::string("no usable CUDA device: ") + cudaGetErrorString(error)
+                   : std::string("no CUDA device");
     cudaGetLastError();  // clear the error so later CUDA calls start clean
     return nullptr;
   }

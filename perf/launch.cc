@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -79,9 +81,8 @@ std::string encode_id(const ncclUniqueId& id) {
 // Accepts only a complete id file of this job.
 bool decode_id(const std::string& text, ncclUniqueId* id) {
   const std::string header = std::string(kIdFileMagic) + "\n" + job_key() + "\n";
-  if (text.size() != header.size() + 2 * NCCL_UNIQUE_ID_BYTES + 1 || text.compare(0, header.size(), header) != 0) {
-    return false;
-  }
+  if (text.size() != header.size() + 2 * NCCL_UNIQUE_ID_BYTES + 1) return false;
+  if (text.compare(0, header.size(), header) != 0) return false;
   auto nibble = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
   for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; ++i) {
     const char* hex = text.data() + header.size() + 2 * i;
@@ -108,9 +109,7 @@ int run_guarded(const std::function<int(const RankContext&)>& rank_main, const R
   }
 }
 
-int launch_alone(const Options& options,
-                 const std::function<int(const RankContext&)>& rank_main) {
-  (void)options;
+int launch_alone(const std::function<int(const RankContext&)>& rank_main) {
   RankContext ctx;
   try {
     check_nccl(ncclGetUniqueId(&ctx.id), "ncclGetUniqueId");
@@ -197,9 +196,11 @@ int launch_forked(const Options& options,
     return kExitFailed;
   }
   const char* tmp = std::getenv("TMPDIR");
-  std::string directory = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/purlin-perf.XXXXXX";
+  std::string directory =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/purlin-perf.XXXXXX";
   if (::mkdtemp(directory.data()) == nullptr) {
-    std::fprintf(stderr, "purlin-perf: cannot create %s: %s\n", directory.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "purlin-perf: cannot create %s: %s\n", directory.c_str(),
+                 std::strerror(errno));
     return kExitFailed;
   }
   Mailbox mailbox(directory + "/", options.timeout_s);
@@ -254,7 +255,7 @@ int launch(const Options& options, const std::function<int(const RankContext&)>&
     }
     return launch_in_job(options, *job, rank_main);
   }
-  return launch_alone(options, rank_main);
+  return launch_alone(rank_main);
 }
 
 std::vector<std::string> gather_to_root(const RankContext& ctx, const std::string& tag,

@@ -66,7 +66,9 @@ std::vector<const Collective*> parse_collectives(std::string_view text) {
     return list;
   }
   const Collective* c = find_collective(text);
-  if (c == nullptr) throw UsageError("--collective: unknown collective '" + std::string(text) + "'");
+  if (c == nullptr) {
+    throw UsageError("--collective: unknown collective '" + std::string(text) + "'");
+  }
   return {c};
 }
 
@@ -110,7 +112,9 @@ const char* usage_text() {
       "      --id-file PATH        under mpirun or torchrun: the file through which rank 0\n"
       "                            hands the unique id to the other ranks (shared file system)\n"
       "      --datapath D          auto, host or gpu: where the buffers live; default auto\n"
-      "      --graph 0|1           GPU datapath: time 128 calls captured in a CUDA graph\n"
+      "      --graph 0|1           GPU datapath: capture 128 calls in a CUDA graph and time its\n"
+      "                            replays (-n rounds up to whole graphs; -w > 0: one untimed\n"
+      "                            replay first)\n"
       "      --timeout SECONDS     longest wait for another rank, default 300\n"
       "  -h, --help                this text\n";
 }

@@ -70,7 +70,9 @@ Measurement combine(const std::vector<std::string>& per_rank) {
 int run_rank(const Options& o, const RankContext& ctx) {
   const bool printer = ctx.rank == 0;
   if (o.root >= ctx.nranks) {
-    if (printer) std::fprintf(stderr, "purlin-perf: -r %d: there are only %d ranks\n", o.root, ctx.nranks);
+    if (printer) {
+      std::fprintf(stderr, "purlin-perf: -r %d: there are only %d ranks\n", o.root, ctx.nranks);
+    }
     return kExitFailed;
   }
   std::unique_ptr<Datapath> datapath = choose_datapath(o, ctx.local_rank);

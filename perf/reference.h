@@ -3,8 +3,10 @@
 // output without any data moving outside the library under test.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "collective.h"
@@ -36,9 +38,13 @@ class Reference {
     return E::make(mix(seed_ ^ (static_cast<std::uint64_t>(k) << 48) ^ i), op_, nranks_);
   }
 
-  std::vector<T> inputs() const {
+  // This rank's send buffer. With `distinct` smaller than the buffer, its first `distinct`
+  // elements repeat: enough for timing alone, and far cheaper to build for large buffers.
+  std::vector<T> inputs(std::size_t distinct = SIZE_MAX) const {
     std::vector<T> values(counts_.send);
-    for (std::size_t i = 0; i < values.size(); ++i) values[i] = input(rank_, i);
+    const std::size_t generated = std::min(std::max<std::size_t>(distinct, 1), values.size());
+    for (std::size_t i = 0; i < generated; ++i) values[i] = input(rank_, i);
+    for (std::size_t i = generated; i < values.size(); ++i) values[i] = values[i - generated];
     return values;
   }
 
@@ -74,12 +80,16 @@ class Reference {
   std::uint64_t seed_;
 };
 
-// The number of elements of `got` that differ from `want` (beyond the type's tolerance).
+// The number of elements of `got` that differ from `want`. Copies, max and min must be bit-exact;
+// sums, products and averages of floats may differ within the type's tolerance.
 template <class T>
-std::uint64_t count_wrong(const std::vector<T>& got, const std::vector<T>& want) {
+std::uint64_t count_wrong(const std::vector<T>& got, const std::vector<T>& want, Op op) {
+  const bool exact = op == Op::none || op == Op::max || op == Op::min;
   std::uint64_t wrong = 0;
   for (std::size_t i = 0; i < want.size(); ++i) {
-    if (!Element<T>::close(got[i], want[i])) ++wrong;
+    const bool right = exact ? std::memcmp(&got[i], &want[i], sizeof(T)) == 0
+                             : Element<T>::close(got[i], want[i]);
+    if (!right) ++wrong;
   }
   return wrong;
 }

@@ -48,6 +48,7 @@ class Report {
     double avg_busbw = 0;  // as nccl-tests: over every measured row, out of place and in place
   };
   Totals totals(std::size_t first_row) const;
+  bool checked(const Row& row, int placement) const;
   void write_json(const Totals& totals);
 
   const Options& options_;

@@ -33,6 +33,7 @@ class SmExecutor final : public Executor {
     cuda::free(scratch_);
     cuda::free(done_);
     if (copy_) cudaFree(copy_);
+    for (void* p : retired_) cudaFree(p);
     cuda::host_mapped_free(flags_host_);
   }
 
@@ -120,7 +121,7 @@ class SmExecutor final : public Executor {
     for (int i = 0; i < a.nin; ++i) a.in[i] = op.in[i];
     for (int i = 0; i < a.nout; ++i) a.out[i] = op.out[i];
     if (op.copy_input) {
-      PURLIN_TRY(ensure_copy(op.input_bytes, stream));
+      PURLIN_TRY(ensure_copy(op.input_bytes));
       PURLIN_TRY(cuda::check(cudaMemcpyAsync(copy_, op.in.front().ptr, op.input_bytes, cudaMemcpyDeviceToDevice, stream),
                              "cudaMemcpyAsync(private input)"));
       for (int i = 0; i < a.nin; ++i) a.in[i].ptr = copy_ + (op.in[i].ptr - op.in.front().ptr);
@@ -147,20 +148,20 @@ class SmExecutor final : public Executor {
   }
 
  private:
-  // The private input copy grows in stream order (no device-wide synchronisation, which would stall
-  // ranks sharing this process while their peers' kernels wait for them).
-  Status ensure_copy(std::uint64_t bytes, cudaStream_t stream) {
+  // The private input copy only grows. A replaced buffer is kept until the communicator is
+  // destroyed (a captured graph may still read it); allocation never synchronises the device, which
+  // would stall ranks sharing this process while their peers' kernels wait for them.
+  Status ensure_copy(std::uint64_t bytes) {
     if (bytes <= copy_bytes_) return Status::ok;
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    PURLIN_TRY(cuda::check(cudaStreamIsCapturing(stream, &capturing), "cudaStreamIsCapturing"));
-    if (capturing != cudaStreamCaptureStatusNone)
-      return fail(Status::invalid_usage,
-                  fmt::format("an in-place AllToAll of {} bytes is larger than any before it on this communicator; "
-                              "run one eagerly before capturing it in a graph", bytes));
-    if (copy_) PURLIN_TRY(cuda::check(cudaFreeAsync(copy_, stream), "cudaFreeAsync"));
-    copy_ = nullptr;
-    copy_bytes_ = 0;
-    PURLIN_TRY(cuda::check(cudaMallocAsync(reinterpret_cast<void**>(&copy_), bytes, stream), "cudaMallocAsync"));
+    // Allowed while the calling thread captures a graph: the allocation is not a stream operation.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    void* fresh = nullptr;
+    cudaError_t e = cudaMalloc(&fresh, bytes);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    PURLIN_TRY(cuda::check(e, "cudaMalloc(private AllToAll input)"));
+    if (copy_) retired_.push_back(copy_);
+    copy_ = static_cast<char*>(fresh);
     copy_bytes_ = bytes;
     return Status::ok;
   }
@@ -181,6 +182,7 @@ class SmExecutor final : public Executor {
   volatile int* abort_host_ = nullptr;
   volatile int* error_host_ = nullptr;
   std::vector<void*> imported_;
+  std::vector<char*> retired_;
   KernelArgs args_{};
   bool last_stream_used_ = false;
   mutable std::mutex plan_m_;

@@ -20,7 +20,8 @@ namespace e2e {
 // Written by the child, read by the parent: progress for the stall check, and the case in flight
 // for the timeout diagnostics.
 struct RankSlot {
-  std::atomic<std::uint64_t> finished_cases;
+  std::atomic<std::uint64_t> passed;
+  std::atomic<std::uint64_t> failed;
   char current[240];
 };
 
@@ -109,13 +110,21 @@ Reporter::Reporter(const Options& options, int rank, int nranks, RankSlot* slot)
     : options_(options), rank_(rank), nranks_(nranks), slot_(slot) {}
 
 bool Reporter::selected(std::string_view name) const {
-  if (options_.filters.empty()) return true;
   const std::string n(name);
-  for (const auto& f : options_.filters) {
+  auto matches = [&](const std::string& f) {
     const bool glob = f.find_first_of("*?[") != std::string::npos;
-    if (glob ? fnmatch(f.c_str(), n.c_str(), 0) == 0 : n.find(f) != std::string::npos) return true;
+    return glob ? fnmatch(f.c_str(), n.c_str(), 0) == 0 : n.find(f) != std::string::npos;
+  };
+  bool any_positive = false, included = false;
+  for (const auto& f : options_.filters) {
+    if (f.starts_with('-')) {
+      if (matches(f.substr(1))) return false;
+    } else {
+      any_positive = true;
+      included = included || matches(f);
+    }
   }
-  return false;
+  return !any_positive || included;
 }
 
 void Reporter::begin(std::string name) {
@@ -130,7 +139,10 @@ void Reporter::begin(std::string name) {
 
 void Reporter::fail(std::string_view detail) {
   ++case_failures_;
-  if (!in_case_) ++failed_;  // outside any case: counts on its own
+  if (!in_case_) {  // outside any case: counts on its own
+    ++failed_;
+    if (slot_) slot_->failed.store(failed_, std::memory_order_relaxed);
+  }
   constexpr std::uint64_t kPrintLimit = 40;
   if (printed_ < kPrintLimit) {
     std::fprintf(stderr, "FAIL [rank %d/%d] %s: %.*s\n", rank_, nranks_, in_case_ ? case_.c_str() : "(setup)",
@@ -149,7 +161,10 @@ void Reporter::end() {
   }
   in_case_ = false;
   case_failures_ = 0;
-  if (slot_) slot_->finished_cases.fetch_add(1, std::memory_order_relaxed);
+  if (slot_) {
+    slot_->passed.store(passed_, std::memory_order_relaxed);
+    slot_->failed.store(failed_, std::memory_order_relaxed);
+  }
 }
 
 bool Reporter::expect(ncclResult_t got, std::string_view what, ncclComm_t comm, ncclResult_t want) {
@@ -338,7 +353,9 @@ Totals run_ranks(const Options& options, int nranks, bool join, int extra_ids,
       }
     }
     std::uint64_t finished = 0;
-    for (int r = 0; r < nranks; ++r) finished += slots[r].finished_cases.load(std::memory_order_relaxed);
+    for (int r = 0; r < nranks; ++r) {
+      finished += slots[r].passed.load(std::memory_order_relaxed) + slots[r].failed.load(std::memory_order_relaxed);
+    }
     const auto now = std::chrono::steady_clock::now();
     if (finished != last_finished) {
       last_finished = finished;
@@ -378,6 +395,9 @@ Totals run_ranks(const Options& options, int nranks, bool join, int extra_ids,
     if (reported) {
       totals.passed += c.report.passed;
       totals.failed += c.report.failed;
+    } else {  // the cases it finished still count; the one it was in counts below as failed
+      totals.passed += slots[r].passed.load(std::memory_order_relaxed);
+      totals.failed += slots[r].failed.load(std::memory_order_relaxed);
     }
     if (WIFSIGNALED(status)) {
       std::fprintf(stderr, "FAIL rank %d %s by signal %d (%s) in case %s\n", r, killed ? "stopped" : "died",

@@ -8,7 +8,8 @@
 // each rank is in can be read from a page shared with the parent, and is printed on a timeout.
 //
 // Options (every binary): --filter PATTERN[,PATTERN...] (or E2E_FILTER) selects cases by name
-// (shell glob; a pattern with no '*', '?' or '[' matches as a substring), --list prints the
+// (shell glob; a pattern with no '*', '?' or '[' matches as a substring; a pattern starting with
+// '-' excludes what it matches), --list prints the
 // selected case names instead of running them, --full lifts the documented cuts of the largest
 // runs, --ranks N, --timeout SECONDS (or E2E_TIMEOUT), --stall SECONDS (or E2E_STALL).
 #pragma once

@@ -72,12 +72,14 @@ struct Settings {
 };
 
 // Small enough that every lane wraps its ring; latency_max 0 forces the throughput path, 1024 sends
-// the small and medium sizes below through the latency path.
+// the small and medium sizes below through the latency path; one slot makes every chunk wait for
+// the ack of the one before.
 const Settings kSettings[] = {
     {4 << 10, 256, 2, 0, true},
     {16 << 10, 512, 3, 64, true},
     {64 << 10, 1024, 4, 1024, true},
     {8 << 10, 768, 2, 1024, false},
+    {4 << 10, 512, 1, 200, false},
 };
 
 // The smallest staging half in which a composition on n ranks (two phases of n lanes each) still
@@ -103,6 +105,7 @@ struct Plan {
   int roles;
   bool composed;
   bool rooted;
+  coll::Layout input, output;
   Status (*role)(Atom&, const Context&, const Call&, Role);
   bool (*all_latency)(const Context&, const Call&);
   Lanes (*lanes)(const Context&);
@@ -115,6 +118,8 @@ Plan plan_of(const char* name) {
               role_count<D>(),
               D::composed,
               coll::rooted<D>(),
+              D::input,
+              D::output,
               [](Atom& a, const Context& ctx, const Call& call, Role r) { return run_role<D>(a, ctx, call, r); },
               [](const Context& ctx, const Call& call) { return all_latency<D>(ctx, call); },
               [](const Context& ctx) { return lanes_of<D>(ctx); },
@@ -177,6 +182,7 @@ struct CallSpec {
   DataType type;
   int root;  // meaningful where the plan is rooted
   std::vector<Shape> shapes;
+  bool in_place = false;  // input and output spans lie in one buffer per rank
 };
 
 struct RankCall {
@@ -253,7 +259,7 @@ void fill_input(DataType type, std::vector<char>& buf, Rng& rng) {
 std::vector<Part> parts_of(char* base, const std::vector<Span>& spans, std::size_t es, int n) {
   if (spans.empty()) return std::vector<Part>(static_cast<std::size_t>(n), Part{nullptr, 0});
   std::vector<Part> parts;
-  for (const Span& s : spans) parts.push_back(Part{base + s.offset * es, s.count * es});
+  for (const Span& s : spans) parts.push_back(Part{base ? base + s.offset * es : nullptr, s.count * es});
   return parts;
 }
 
@@ -267,13 +273,30 @@ CallData prepare(int n, CallSpec spec, Rng& rng) {
   for (int r = 0; r < n; ++r) {
     const Shape& sh = spec.shapes[r];
     RankCall& rc = cd.ranks[r];
-    rc.in.assign(coll::extent(sh.in) * es, 0);
-    fill_input(spec.type, rc.in, rng);
-    rc.in_before = rc.in;
-    rc.out.assign(coll::extent(sh.out) * es + kGuard, static_cast<char>(kPoison));
-    rc.expect = rc.out;
-    rc.in_parts = parts_of(rc.in.data(), sh.in, es, n);
-    rc.out_parts = parts_of(rc.out.data(), sh.out, es, n);
+    if (!spec.in_place) {
+      rc.in.assign(coll::extent(sh.in) * es, 0);
+      fill_input(spec.type, rc.in, rng);
+      rc.in_before = rc.in;
+      rc.out.assign(coll::extent(sh.out) * es + kGuard, static_cast<char>(kPoison));
+      rc.expect = rc.out;
+      rc.in_parts = parts_of(rc.in.data(), sh.in, es, n);
+      rc.out_parts = parts_of(rc.out.data(), sh.out, es, n);
+    } else {
+      // One buffer holds the input and receives the output; rc.in keeps the input as it was, the
+      // source of the expected result, and what no move writes keeps its input value.
+      rc.in.assign(std::max(coll::extent(sh.in), coll::extent(sh.out)) * es, 0);
+      fill_input(spec.type, rc.in, rng);
+      rc.in_before = rc.in;
+      rc.out = rc.in;
+      rc.out.resize(rc.in.size() + kGuard, static_cast<char>(kPoison));
+      rc.expect = rc.out;
+      rc.in_parts = parts_of(rc.out.data(), sh.in, es, n);
+      rc.out_parts = parts_of(rc.out.data(), sh.out, es, n);
+    }
+    if (sh.out.empty() && spec.plan->rooted) {
+      // As the shim describes the output of a rank that is not the root: sizes, no memory.
+      rc.out_parts = parts_of(nullptr, spec.shapes[spec.root].out, es, n);
+    }
     rc.call.root = spec.plan->rooted ? spec.root : -1;
     rc.call.type = spec.type;
     rc.call.op = ReduceOp{RedOpKind::sum, 0, nullptr, n};
@@ -349,7 +372,8 @@ void run_rank(World& w, int rank, std::vector<CallData>& calls, Failures& failur
 
 std::string describe(const CallData& cd, int n, const Settings& s, std::size_t index) {
   std::ostringstream o;
-  o << cd.spec.plan->name << " n=" << n << " call " << index << " type " << name_of(cd.spec.type);
+  o << cd.spec.plan->name << " n=" << n << " call " << index << (cd.spec.in_place ? " in place" : "") << " type "
+    << name_of(cd.spec.type);
   if (cd.spec.plan->rooted) o << " root " << cd.spec.root;
   o << ", " << text(s, n);
   return o.str();
@@ -581,6 +605,24 @@ CallSpec exchange(const Plan* plan, int n, int call, Rng& rng, bool sparse) {
   return CallSpec{plan, type, 0, std::move(shapes)};
 }
 
+// The call run in place, as NCCL defines it: a composition's input and output buffers coincide
+// (its shards sit at the same offsets); a packed input is the rank's own partition of a scattered
+// output (AllGather, Gather at the root) and a packed output the rank's own partition of a
+// scattered input (ReduceScatter, Scatter at the root). An exchange is not in place in the
+// protocol (the executor copies its input first), so it stays as it is.
+CallSpec in_place(CallSpec spec) {
+  const Plan& p = *spec.plan;
+  if (p.output == coll::Layout::transposed) return spec;
+  for (std::size_t r = 0; r < spec.shapes.size(); ++r) {
+    Shape& sh = spec.shapes[r];
+    if (p.composed || sh.in.empty() || sh.out.empty()) continue;
+    if (p.input == coll::Layout::packed && p.output == coll::Layout::scattered) sh.in = {sh.out[r]};
+    if (p.input == coll::Layout::scattered && p.output == coll::Layout::packed) sh.out = {sh.in[r]};
+  }
+  spec.in_place = true;
+  return spec;
+}
+
 using Generator = CallSpec (*)(const Plan*, int, int, Rng&);
 
 template <class D>
@@ -653,7 +695,11 @@ void check_declaration(const std::string& name) {
       const u64 seed = seed_of(0x5eed0000u + static_cast<u64>(n) * 131 + si * 7);
       Rng rng(seed);
       std::vector<CallData> calls;
-      for (int c = 0; c < kCallsPerSequence; ++c) calls.push_back(prepare(n, d.make(&d.plan, n, c, rng), rng));
+      for (int c = 0; c < kCallsPerSequence; ++c) {
+        CallSpec spec = d.make(&d.plan, n, c, rng);
+        if (c % 3 == 2) spec = in_place(std::move(spec));
+        calls.push_back(prepare(n, std::move(spec), rng));
+      }
       INFO(name << " n=" << n << " seed " << seed << " " << text(s, n));
       total.add(run_and_check(n, s, calls));
     }
@@ -702,7 +748,9 @@ TEST_CASE("mixed declarations back to back on one world", "[snac][protocol][mixe
       const auto& all = declarations();
       for (int c = 0; c < 24; ++c) {
         const Declaration& d = all[rng() % all.size()];
-        calls.push_back(prepare(n, d.make(&d.plan, n, static_cast<int>(rng() % 10), rng), rng));
+        CallSpec spec = d.make(&d.plan, n, static_cast<int>(rng() % 10), rng);
+        if (rng() % 4 == 0) spec = in_place(std::move(spec));
+        calls.push_back(prepare(n, std::move(spec), rng));
       }
       INFO("n=" << n << " seed " << seed << " " << text(s, n));
       total.add(run_and_check(n, s, calls));

@@ -93,16 +93,15 @@ NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
   int o = static_cast<int>(op);
   if (o < ncclNumOps)
     return fail(comm, ncclInvalidArgument, fmt::format("{}: operator {} is built in, not user-created", fn, o));
-  std::lock_guard<std::mutex> g(comm->mutex);
   std::size_t index = static_cast<std::size_t>(o - ncclNumOps);
-  if (index >= comm->redops.size() || !comm->redops[index].live) {
-    comm->mutex.unlock();
-    ncclResult_t r = fail(comm, ncclInvalidArgument, fmt::format("{}: operator {} does not exist (destroyed?)", fn, o));
-    comm->mutex.lock();
-    return r;
+  {
+    std::lock_guard<std::mutex> g(comm->mutex);
+    if (index < comm->redops.size() && comm->redops[index].live) {
+      comm->redops[index].live = false;
+      return ncclSuccess;
+    }
   }
-  comm->redops[index].live = false;
-  return ncclSuccess;
+  return fail(comm, ncclInvalidArgument, fmt::format("{}: operator {} does not exist (destroyed?)", fn, o));
 }
 
 NCCL_API(ncclResult_t, ncclGroupStart) { return group_start(); }

@@ -38,17 +38,23 @@ ncclResult_t check_coll(const CollCheck& c, DataType* type, ReduceOp* op) {
     if (o >= 0 && o < ncclNumOps) {
       *op = ReduceOp{static_cast<RedOpKind>(o), 0, nullptr, comm->nranks};
     } else {
-      std::lock_guard<std::mutex> g(comm->mutex);
+      // Read the slot under the lock; report (which takes the lock again) after releasing it.
       std::size_t slot = static_cast<std::size_t>(o - ncclNumOps);
-      if (o < ncclNumOps || slot >= comm->redops.size() || !comm->redops[slot].live) {
-        return fail(comm, ncclInvalidArgument, fmt::format("{}: invalid reduction operator {}", c.fn, o));
+      bool live = false;
+      ncclComm::RedOpSlot found;
+      {
+        std::lock_guard<std::mutex> g(comm->mutex);
+        if (o >= ncclNumOps && slot < comm->redops.size() && comm->redops[slot].live) {
+          live = true;
+          found = comm->redops[slot];
+        }
       }
-      if (comm->redops[slot].type != *type) {
+      if (!live) return fail(comm, ncclInvalidArgument, fmt::format("{}: invalid reduction operator {}", c.fn, o));
+      if (found.type != *type)
         return fail(comm, ncclInvalidArgument,
-                    fmt::format("{}: reduction operator {} was created for {}, not {}", c.fn, o,
-                                name_of(comm->redops[slot].type), name_of(*type)));
-      }
-      *op = comm->redops[slot].op;
+                    fmt::format("{}: reduction operator {} was created for {}, not {}", c.fn, o, name_of(found.type),
+                                name_of(*type)));
+      *op = found.op;
     }
   }
   const std::size_t es = size_of(*type);

@@ -60,6 +60,14 @@ Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms) {
   if (c.latency_disabled) p.latency_max_bytes = 0;
   else if (c.latency_max_bytes) p.latency_max_bytes = c.latency_max_bytes;
   p.packets_per_pair = std::max<std::uint64_t>((p.latency_max_bytes + 7) / 8, 1);
+  // Every lane of the widest call (a composition of two scattered phases) needs `slots` chunks of
+  // at least 256 bytes.
+  const std::uint64_t least = 2ull * static_cast<std::uint64_t>(std::max(nranks, 1)) * p.slots * 256;
+  if (p.staging_half < least) {
+    log::info(log::kTune, "staging raised from {} to {} B per half so every lane holds {} chunks", p.staging_half, least,
+              p.slots);
+    p.staging_half = least;
+  }
   if (datapath == DatapathKind::sm) {
     // Up to three roles per channel, at most 4 CTAs of 512 threads per SM, and keep half of the
     // GPU's CTA slots free for the users' own kernels.

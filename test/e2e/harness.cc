@@ -366,7 +366,9 @@ Totals run_ranks(const Options& options, int nranks, bool join, int extra_ids,
     const bool abandoned = orphaned && std::chrono::duration<double>(now - orphaned_at).count() > kOrphanGrace_s;
     if (over_time || stalled || abandoned) {
       std::fprintf(stderr, "FAIL %s after %.0f s; killing the ranks still running:\n",
-                   over_time ? "time limit reached" : stalled ? "no progress" : "a rank died, the others did not finish",
+                   over_time ? "time limit reached"
+                   : stalled ? "no progress"
+                             : "a rank died, the others did not finish",
                    seconds_since(start));
       for (int r = 0; r < nranks; ++r) {
         Child& c = children[static_cast<std::size_t>(r)];

@@ -350,7 +350,9 @@ struct Inputs {
   std::uint64_t seed = 0;
   bool small = false;  // prod-friendly values
 
-  std::uint64_t rank_key(int rank) const { return mix64(seed ^ (0x632BE59BD9B4E019ull * static_cast<std::uint64_t>(rank + 1))); }
+  std::uint64_t rank_key(int rank) const {
+    return mix64(seed ^ (0x632BE59BD9B4E019ull * static_cast<std::uint64_t>(rank + 1)));
+  }
   static std::uint64_t element_hash(std::uint64_t key, std::size_t i) {
     return mix64(key + 0x9E3779B97F4A7C15ull * (static_cast<std::uint64_t>(i) + 1));
   }

@@ -120,9 +120,8 @@ void still_usable(RankEnv& env, ncclComm_t comm, Slab& slab, const std::string& 
   const Content<T> content{Inputs{hash_string(label), false}, env.nranks, Op::sum, 0.0f};
   slab.reset();
   const Staged<T> call(slab, Coll::AllReduce, env.rank, env.nranks, 1000, 0, false, content);
-  if (env.report.expect(ncclAllReduce(call.send, call.recv, 1000, ncclFloat32, ncclSum, comm, kNoStream), label, comm)) {
-    call.check(env.report, label);
-  }
+  const ncclResult_t rc = ncclAllReduce(call.send, call.recv, 1000, ncclFloat32, ncclSum, comm, kNoStream);
+  if (env.report.expect(rc, label, comm)) call.check(env.report, label);
 }
 
 void shape(RankEnv& env) {
@@ -144,13 +143,14 @@ void bad_arguments(RankEnv& env, Slab& slab) {
   const int r = env.rank, n = env.nranks;
   ncclComm_t comm = env.comm;
   constexpr std::size_t c = 64;
-  auto bad = [&](const std::string& what, auto&& call, ncclComm_t blamed) {
+  const std::size_t total = c * static_cast<std::size_t>(n);
+  // `call` gets a valid send buffer (c * nranks elements of input) and a poisoned receive buffer.
+  auto bad = [&](const std::string& what, ncclComm_t blamed, auto&& call) {
     run_case(env.report, "Api/bad_argument/" + what, [&] {
       const Content<T> content{Inputs{hash_string(what), false}, n, Op::sum, 0.0f};
       slab.reset();
-      const Placed<T> send(slab, {c * static_cast<std::size_t>(n), {input_at(0, c * static_cast<std::size_t>(n), r, 0)}, {}},
-                           content);
-      const Placed<T> recv(slab, {c * static_cast<std::size_t>(n), {}, {}}, content, 1);
+      const Placed<T> send(slab, {total, {input_at(0, total, r, 0)}, {}}, content);
+      const Placed<T> recv(slab, {total, {}, {}}, content, 1);
       const ncclResult_t rc = call(static_cast<const void*>(send.data), static_cast<void*>(recv.data));
       env.report.expect(rc, what, comm, ncclInvalidArgument);
       send.check(content, "sendbuff after " + what, env.report);
@@ -160,37 +160,38 @@ void bad_arguments(RankEnv& env, Slab& slab) {
       still_usable(env, comm, slab, "AllReduce after " + what);
     });
   };
-  const auto kBadType = static_cast<ncclDataType_t>(ncclNumTypes);
-  const auto kUncreatedOp = static_cast<ncclRedOp_t>(ncclNumOps);
-  const auto kBadOp = static_cast<ncclRedOp_t>(99);
+  const auto f32 = ncclFloat32;
+  const auto bad_type = static_cast<ncclDataType_t>(ncclNumTypes);
+  const auto uncreated_op = static_cast<ncclRedOp_t>(ncclNumOps);
+  const auto bad_op = static_cast<ncclRedOp_t>(99);
   const cudaStream_t s = kNoStream;
+  using B = const void*;
+  using R = void*;
 
-  bad("AllReduce_null_comm", [&](const void* sb, void* rb) { return ncclAllReduce(sb, rb, c, ncclFloat32, ncclSum, nullptr, s); }, nullptr);
-  bad("Broadcast_null_comm", [&](const void* sb, void* rb) { return ncclBroadcast(sb, rb, c, ncclFloat32, 0, nullptr, s); }, nullptr);
-  bad("AllReduce_type_12", [&](const void* sb, void* rb) { return ncclAllReduce(sb, rb, c, kBadType, ncclSum, comm, s); }, comm);
-  bad("AllGather_type_12", [&](const void* sb, void* rb) { return ncclAllGather(sb, rb, c, kBadType, comm, s); }, comm);
-  bad("Broadcast_type_-1", [&](const void* sb, void* rb) {
-    return ncclBroadcast(sb, rb, c, static_cast<ncclDataType_t>(-1), 0, comm, s);
-  }, comm);
-  bad("Send_type_12", [&](const void* sb, void*) { return ncclSend(sb, c, kBadType, 0, comm, s); }, comm);
-  bad("AllReduce_op_5_not_created", [&](const void* sb, void* rb) {
-    return ncclAllReduce(sb, rb, c, ncclFloat32, kUncreatedOp, comm, s);
-  }, comm);
-  bad("ReduceScatter_op_99", [&](const void* sb, void* rb) { return ncclReduceScatter(sb, rb, c, ncclFloat32, kBadOp, comm, s); }, comm);
-  bad("Reduce_op_99", [&](const void* sb, void* rb) { return ncclReduce(sb, rb, c, ncclFloat32, kBadOp, 0, comm, s); }, comm);
-  bad("Broadcast_root_nranks", [&](const void* sb, void* rb) { return ncclBroadcast(sb, rb, c, ncclFloat32, n, comm, s); }, comm);
-  bad("Bcast_root_-1", [&](const void*, void* rb) { return ncclBcast(rb, c, ncclFloat32, -1, comm, s); }, comm);
-  bad("Reduce_root_nranks", [&](const void* sb, void* rb) { return ncclReduce(sb, rb, c, ncclFloat32, ncclSum, n, comm, s); }, comm);
-  bad("Gather_root_nranks", [&](const void* sb, void* rb) { return ncclGather(sb, rb, c, ncclFloat32, n, comm, s); }, comm);
-  bad("Scatter_root_-1", [&](const void* sb, void* rb) { return ncclScatter(sb, rb, c, ncclFloat32, -1, comm, s); }, comm);
-  bad("AllReduce_null_sendbuff", [&](const void*, void* rb) { return ncclAllReduce(nullptr, rb, c, ncclFloat32, ncclSum, comm, s); }, comm);
-  bad("AllReduce_null_recvbuff", [&](const void* sb, void*) { return ncclAllReduce(sb, nullptr, c, ncclFloat32, ncclSum, comm, s); }, comm);
-  bad("AllGather_null_recvbuff", [&](const void* sb, void*) { return ncclAllGather(sb, nullptr, c, ncclFloat32, comm, s); }, comm);
-  bad("AlltoAll_null_sendbuff", [&](const void*, void* rb) { return ncclAlltoAll(nullptr, rb, c, ncclFloat32, comm, s); }, comm);
-  bad("Send_null_buffer", [&](const void*, void*) { return ncclSend(nullptr, c, ncclFloat32, 0, comm, s); }, comm);
-  bad("Recv_null_buffer", [&](const void*, void*) { return ncclRecv(nullptr, c, ncclFloat32, 0, comm, s); }, comm);
-  bad("Send_peer_nranks", [&](const void* sb, void*) { return ncclSend(sb, c, ncclFloat32, n, comm, s); }, comm);
-  bad("Recv_peer_-1", [&](const void*, void* rb) { return ncclRecv(rb, c, ncclFloat32, -1, comm, s); }, comm);
+  bad("AllReduce_null_comm", nullptr, [&](B sb, R rb) { return ncclAllReduce(sb, rb, c, f32, ncclSum, nullptr, s); });
+  bad("Broadcast_null_comm", nullptr, [&](B sb, R rb) { return ncclBroadcast(sb, rb, c, f32, 0, nullptr, s); });
+  bad("AllReduce_type_12", comm, [&](B sb, R rb) { return ncclAllReduce(sb, rb, c, bad_type, ncclSum, comm, s); });
+  bad("AllGather_type_12", comm, [&](B sb, R rb) { return ncclAllGather(sb, rb, c, bad_type, comm, s); });
+  bad("Broadcast_type_-1", comm,
+      [&](B sb, R rb) { return ncclBroadcast(sb, rb, c, static_cast<ncclDataType_t>(-1), 0, comm, s); });
+  bad("Send_type_12", comm, [&](B sb, R) { return ncclSend(sb, c, bad_type, 0, comm, s); });
+  bad("AllReduce_op_5_not_created", comm,
+      [&](B sb, R rb) { return ncclAllReduce(sb, rb, c, f32, uncreated_op, comm, s); });
+  bad("ReduceScatter_op_99", comm, [&](B sb, R rb) { return ncclReduceScatter(sb, rb, c, f32, bad_op, comm, s); });
+  bad("Reduce_op_99", comm, [&](B sb, R rb) { return ncclReduce(sb, rb, c, f32, bad_op, 0, comm, s); });
+  bad("Broadcast_root_nranks", comm, [&](B sb, R rb) { return ncclBroadcast(sb, rb, c, f32, n, comm, s); });
+  bad("Bcast_root_-1", comm, [&](B, R rb) { return ncclBcast(rb, c, f32, -1, comm, s); });
+  bad("Reduce_root_nranks", comm, [&](B sb, R rb) { return ncclReduce(sb, rb, c, f32, ncclSum, n, comm, s); });
+  bad("Gather_root_nranks", comm, [&](B sb, R rb) { return ncclGather(sb, rb, c, f32, n, comm, s); });
+  bad("Scatter_root_-1", comm, [&](B sb, R rb) { return ncclScatter(sb, rb, c, f32, -1, comm, s); });
+  bad("AllReduce_null_sendbuff", comm, [&](B, R rb) { return ncclAllReduce(nullptr, rb, c, f32, ncclSum, comm, s); });
+  bad("AllReduce_null_recvbuff", comm, [&](B sb, R) { return ncclAllReduce(sb, nullptr, c, f32, ncclSum, comm, s); });
+  bad("AllGather_null_recvbuff", comm, [&](B sb, R) { return ncclAllGather(sb, nullptr, c, f32, comm, s); });
+  bad("AlltoAll_null_sendbuff", comm, [&](B, R rb) { return ncclAlltoAll(nullptr, rb, c, f32, comm, s); });
+  bad("Send_null_buffer", comm, [&](B, R) { return ncclSend(nullptr, c, f32, 0, comm, s); });
+  bad("Recv_null_buffer", comm, [&](B, R) { return ncclRecv(nullptr, c, f32, 0, comm, s); });
+  bad("Send_peer_nranks", comm, [&](B sb, R) { return ncclSend(sb, c, f32, n, comm, s); });
+  bad("Recv_peer_-1", comm, [&](B, R rb) { return ncclRecv(rb, c, f32, -1, comm, s); });
 }
 
 // Count 0: success and no effect for every collective (the matrix checks it per type as well).

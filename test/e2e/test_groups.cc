@@ -416,7 +416,8 @@ void run_all(RankEnv& env) {
   ran += run_case(env.report, "Split/interleaved", [&] { interleaved_splits(cx, "Split/interleaved"); });
   ran += run_case(env.report, "MultiComm/second_id", [&] { second_unique_id(cx, "MultiComm/second_id"); });
   if (env.rank == 0 && !env.options.list) {
-    std::printf("[%d ranks] %llu cases in %.1f s\n", env.nranks, static_cast<unsigned long long>(ran), seconds_since(t0));
+    std::printf("[%d ranks] %llu cases in %.1f s\n", env.nranks, static_cast<unsigned long long>(ran),
+                seconds_since(t0));
   }
 }
 

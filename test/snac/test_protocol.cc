@@ -6,7 +6,9 @@
 //
 // The protocol settings are small on purpose: lanes wrap their rings many times, consecutive calls
 // alternate the staging halves, and messages on both sides of latency_max take the latency and the
-// throughput path, within one call where sizes differ per pair.
+// throughput path, within one call where sizes differ per pair. Roots change from call to call and
+// every third call runs in place. The last tests end waits on a rank that never runs, by abort and
+// by timeout.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -83,7 +85,7 @@ const Settings kSettings[] = {
 };
 
 // The smallest staging half in which a composition on n ranks (two phases of n lanes each) still
-// gets chunks of 256 bytes in every slot of its ring.
+// gets chunks of 256 bytes in every slot of its ring (below it lanes_of rounds the chunk down to 0).
 u64 staging_for(int n, const Settings& s) {
   const u64 need = 2ull * static_cast<u64>(n) * 256ull * static_cast<u64>(s.slots);
   return std::max<u64>(s.staging_half, need);

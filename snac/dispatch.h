@@ -28,6 +28,9 @@ auto dispatch(CollKind kind, F&& f) {
     case CollKind::gather: return f.template operator()<coll::Gather>();
     case CollKind::scatter: return f.template operator()<coll::Scatter>();
     case CollKind::send_recv: return f.template operator()<coll::SendRecv>();
+    case CollKind::all_gather_v: return f.template operator()<coll::AllGatherV>();
+    case CollKind::reduce_scatter_v: return f.template operator()<coll::ReduceScatterV>();
+    case CollKind::all_to_all_v: return f.template operator()<coll::AllToAllV>();
   }
   return f.template operator()<coll::AllReduce>();
 }

@@ -13,6 +13,9 @@ const char* name_of(CollKind k) {
     case CollKind::gather: return "Gather";
     case CollKind::scatter: return "Scatter";
     case CollKind::send_recv: return "SendRecv";
+    case CollKind::all_gather_v: return "AllGatherV";
+    case CollKind::reduce_scatter_v: return "ReduceScatterV";
+    case CollKind::all_to_all_v: return "AllToAllV";
   }
   return "?";
 }

@@ -20,6 +20,9 @@ enum class CollKind : int {
   gather,
   scatter,
   send_recv,
+  all_gather_v,
+  reduce_scatter_v,
+  all_to_all_v,
 };
 const char* name_of(CollKind k);
 

@@ -38,7 +38,7 @@ namespace {
 [[noreturn]] void usage(const char* argv0, const char* bad) {
   std::fprintf(stderr,
                "%s: bad argument '%s'\n"
-               "usage: %s [--ranks N] [--filter PATTERN[,PATTERN...]] [--list] [--full]\n"
+               "usage: %s [--ranks N] [--filter PATTERN[,PATTERN...]] [--list]\n"
                "          [--timeout SECONDS] [--stall SECONDS]\n"
                "environment: E2E_FILTER, E2E_TIMEOUT, E2E_STALL\n",
                argv0, bad, argv0);
@@ -95,8 +95,6 @@ Options parse_options(int argc, char** argv) {
       o.stall_s = parse_seconds(argv[0], next().c_str());
     } else if (a == "--list" && !has_value) {
       o.list = true;
-    } else if (a == "--full" && !has_value) {
-      o.full = true;
     } else {
       usage(argv[0], argv[i]);
     }

@@ -9,9 +9,8 @@
 //
 // Options (every binary): --filter PATTERN[,PATTERN...] (or E2E_FILTER) selects cases by name
 // (shell glob; a pattern with no '*', '?' or '[' matches as a substring; a pattern starting with
-// '-' excludes what it matches), --list prints the
-// selected case names instead of running them, --full lifts the documented cuts of the largest
-// runs, --ranks N, --timeout SECONDS (or E2E_TIMEOUT), --stall SECONDS (or E2E_STALL).
+// '-' excludes what it matches), --list prints the selected case names instead of running them,
+// --ranks N, --timeout SECONDS (or E2E_TIMEOUT), --stall SECONDS (or E2E_STALL).
 #pragma once
 
 #include <nccl.h>
@@ -30,9 +29,8 @@ struct Options {
   int nranks = 1;
   std::vector<std::string> filters;
   bool list = false;
-  bool full = false;
   double timeout_s = 1700;  // whole run
-  double stall_s = 600;     // no case finished on any rank for this long
+  double stall_s = 120;     // no case finished on any rank for this long
 };
 
 // Parses the options above; exits with a usage message on anything else.

@@ -137,6 +137,7 @@ ncclResult_t teardown(ncclComm* comm, bool abort) {
   }
   join_init(comm);
   unregister_comm(comm);
+  for (auto* r : comm->registrations) delete r;
   delete comm;
   return ncclSuccess;
 }

@@ -1,49 +1,119 @@
-// Memory the GPU datapaths can share without staging: ncclMemAlloc and buffer registration. The
-// host datapath has no such memory: these calls say so with NCCL's codes.
+// Memory for the GPU datapaths: ncclMemAlloc / ncclMemFree and buffer registration. On a GPU,
+// ncclMemAlloc returns device memory other processes can map (CUDA IPC); registrations and windows
+// are recorded and checked at deregistration, and the datapath stages their buffers like any other
+// (zero-staging through them is not built yet). Without a GPU these calls fail with NCCL's codes.
+#include <mutex>
+#include <unordered_set>
+
 #include <fmt/format.h>
 
 #include "core/cuda_probe.h"
 #include "nccl_shim/argcheck.h"
 #include "nccl_shim/shim.h"
 
+#if defined(PURLIN_HAVE_CUDA)
+#include <cuda_runtime_api.h>
+#endif
+
 using namespace purlin;
 using namespace purlin::shim;
 
 namespace {
+
+std::mutex g_alloc_mutex;
+std::unordered_set<void*>& allocations() {
+  static auto* set = new std::unordered_set<void*>();
+  return *set;
+}
+
 ncclResult_t needs_gpu(ncclComm* comm, const char* fn) {
   return fail(comm, ncclInvalidUsage,
-              fmt::format("{}: needs a communicator on the GPU datapath; this one serves the host datapath", fn));
+              fmt::format("{}: needs a communicator on a GPU datapath; this one serves the host datapath", fn));
 }
+
+ncclResult_t add_registration(ncclComm* comm, const char* fn, void* buff, size_t size, bool window, int flags,
+                              ncclComm::Registration** out) {
+  if (buff == nullptr || size == 0)
+    return fail(comm, ncclInvalidArgument, fmt::format("{}: buffer {} of {} bytes cannot be registered", fn, buff, size));
+  if (comm->device < 0) return needs_gpu(comm, fn);
+  auto* r = new ncclComm::Registration{comm, buff, size, window, flags};
+  std::lock_guard<std::mutex> g(comm->mutex);
+  comm->registrations.push_back(r);
+  *out = r;
+  return ncclSuccess;
+}
+
+ncclResult_t remove_registration(ncclComm* comm, const char* fn, void* handle, bool window) {
+  ncclComm::Registration* found = nullptr;
+  {
+    std::lock_guard<std::mutex> g(comm->mutex);
+    auto it = std::find(comm->registrations.begin(), comm->registrations.end(), handle);
+    if (it != comm->registrations.end() && (*it)->window == window) {
+      found = *it;
+      comm->registrations.erase(it);
+    }
+  }
+  if (!found)
+    return fail(comm, ncclInvalidArgument, fmt::format("{}: {} is not a registration of this communicator", fn, handle));
+  delete found;
+  return ncclSuccess;
+}
+
 }  // namespace
 
 NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
   if (ptr == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
   *ptr = nullptr;
   if (size == 0) return fail(nullptr, ncclInvalidArgument, "ncclMemAlloc: size is 0");
-  return fail(nullptr, ncclUnhandledCudaError,
-              cuda_device_count() == 0 ? "ncclMemAlloc: no CUDA device is usable on this machine"
-                                       : "ncclMemAlloc: GPU memory allocation is not available in this build");
+  if (cuda_device_count() == 0)
+    return fail(nullptr, ncclUnhandledCudaError, "ncclMemAlloc: no CUDA device is usable on this machine");
+#if defined(PURLIN_HAVE_CUDA)
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, size);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return fail(nullptr, ncclUnhandledCudaError,
+                fmt::format("ncclMemAlloc: cudaMalloc of {} bytes failed: {}", size, cudaGetErrorString(e)));
+  }
+  std::lock_guard<std::mutex> g(g_alloc_mutex);
+  allocations().insert(p);
+  *ptr = p;
+  return ncclSuccess;
+#else
+  return fail(nullptr, ncclUnhandledCudaError, "ncclMemAlloc: this build has no CUDA runtime");
+#endif
 }
 
 NCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
   if (ptr == nullptr) return ncclSuccess;
-  return fail(nullptr, ncclInvalidArgument,
-              fmt::format("ncclMemFree: {} was not allocated by ncclMemAlloc", ptr));
+  {
+    std::lock_guard<std::mutex> g(g_alloc_mutex);
+    if (allocations().erase(ptr) == 0)
+      return fail(nullptr, ncclInvalidArgument, fmt::format("ncclMemFree: {} was not allocated by ncclMemAlloc", ptr));
+  }
+#if defined(PURLIN_HAVE_CUDA)
+  cudaError_t e = cudaFree(ptr);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return fail(nullptr, ncclUnhandledCudaError, fmt::format("ncclMemFree: cudaFree failed: {}", cudaGetErrorString(e)));
+  }
+#endif
+  return ncclSuccess;
 }
 
 NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size, void** handle) {
   if (ncclResult_t r = check_comm("ncclCommRegister", comm); r != ncclSuccess) return r;
   if (handle == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommRegister: handle is NULL");
   *handle = nullptr;
-  (void)buff;
-  (void)size;
-  return needs_gpu(comm, "ncclCommRegister");
+  ncclComm::Registration* reg = nullptr;
+  if (ncclResult_t r = add_registration(comm, "ncclCommRegister", buff, size, false, 0, &reg); r != ncclSuccess) return r;
+  *handle = reg;
+  return ncclSuccess;
 }
 
 NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
   if (ncclResult_t r = check_comm("ncclCommDeregister", comm); r != ncclSuccess) return r;
-  (void)handle;
-  return needs_gpu(comm, "ncclCommDeregister");
+  return remove_registration(comm, "ncclCommDeregister", handle, false);
 }
 
 NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
@@ -51,14 +121,16 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size
   if (ncclResult_t r = check_comm("ncclCommWindowRegister", comm); r != ncclSuccess) return r;
   if (win == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommWindowRegister: win is NULL");
   *win = nullptr;
-  (void)buff;
-  (void)size;
-  (void)winFlags;
-  return needs_gpu(comm, "ncclCommWindowRegister");
+  if (winFlags != NCCL_WIN_DEFAULT && winFlags != NCCL_WIN_COLL_SYMMETRIC)
+    return fail(comm, ncclInvalidArgument, fmt::format("ncclCommWindowRegister: invalid flags {:#x}", winFlags));
+  ncclComm::Registration* reg = nullptr;
+  if (ncclResult_t r = add_registration(comm, "ncclCommWindowRegister", buff, size, true, winFlags, &reg); r != ncclSuccess)
+    return r;
+  *win = reinterpret_cast<ncclWindow_t>(reg);
+  return ncclSuccess;
 }
 
 NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
   if (ncclResult_t r = check_comm("ncclCommWindowDeregister", comm); r != ncclSuccess) return r;
-  (void)win;
-  return needs_gpu(comm, "ncclCommWindowDeregister");
+  return remove_registration(comm, "ncclCommWindowDeregister", win, true);
 }

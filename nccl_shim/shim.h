@@ -4,6 +4,7 @@
 
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -43,6 +44,18 @@ struct ncclComm {
     purlin::DataType type = purlin::DataType::f32;
   };
   std::vector<RedOpSlot> redops;
+
+  // Buffers registered with ncclCommRegister / ncclCommWindowRegister (GPU communicators). The
+  // datapath stages them like any buffer for now; registration records them so that deregistration
+  // can be checked.
+  struct Registration {
+    ncclComm* comm;
+    void* ptr;
+    std::size_t bytes;
+    bool window;
+    int flags;
+  };
+  std::vector<Registration*> registrations;
 };
 
 namespace purlin::shim {

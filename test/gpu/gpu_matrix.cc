@@ -113,7 +113,7 @@ void extents(const Case& c, int n, std::size_t* send, std::size_t* recv) {
 bool expected(const Case& c, int n, int me, std::uint64_t seed, std::uint64_t scalar_seed, std::vector<char>* out,
               bool* checked) {
   const std::size_t es = purlin::size_of(c.type);
-  std::size_t send_elems, recv_elems;
+  std::size_t send_elems = 0, recv_elems = 0;
   extents(c, n, &send_elems, &recv_elems);
   std::vector<std::vector<char>> in(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) fill(c.type, seed, r, send_elems, &in[r]);
@@ -195,7 +195,7 @@ ncclResult_t issue(Rank& R, const Case& c, void* send, void* recv, ncclRedOp_t o
 // Runs one case on one rank: eager, or captured once and replayed three times with fresh inputs.
 void run_case(Rank& R, const Case& c, bool graph, std::uint64_t base_seed) {
   const std::size_t es = purlin::size_of(c.type);
-  std::size_t send_elems, recv_elems;
+  std::size_t send_elems = 0, recv_elems = 0;
   extents(c, R.n, &send_elems, &recv_elems);
   const std::size_t send_bytes = send_elems * es, recv_bytes = recv_elems * es;
   // In place: input and output share one buffer at the offsets NCCL's in-place convention names.
@@ -324,7 +324,7 @@ void allocate(Rank& R, const Options& o) {
   std::vector<Case> all = cases(o, R.n);
   std::size_t most = 0;
   for (const Case& c : all) {
-    std::size_t s, r;
+    std::size_t s = 0, r = 0;
     extents(c, R.n, &s, &r);
     most = std::max(most, std::max(s, r) * purlin::size_of(c.type) + 4096);
   }

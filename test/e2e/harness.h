@@ -112,8 +112,10 @@ struct Totals {
 Totals run_ranks(const Options& options, int nranks, bool join, int extra_ids,
                  const std::function<void(RankEnv&)>& body);
 
-// Prints "N passed, N failed" and returns the process exit status: non-zero on any failure, and
-// when nothing ran (a filter that selects no case) unless only listing.
+// Prints "N passed, N failed" and returns the process exit status. The counts are rank-cases (a
+// case run by 8 ranks counts 8 times); a failure outside any case (joining, leaving, a crash,
+// a rank killed on a timeout) counts once. The status is non-zero on any failure, and when
+// nothing ran (a filter that selects no case) unless only listing.
 int finish(const Options& options, const Totals& totals, std::chrono::steady_clock::time_point started);
 
 // Wall seconds since `t`.

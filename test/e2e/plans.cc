@@ -106,7 +106,8 @@ Plan plan_for(Coll coll, int r, int n, std::size_t c, int root, bool in_place, s
         p.a = {nc, {mine_all}, {input_at(my_part, c, root, from + my_part)}};
         p.recv_at = my_part;
       } else {
-        p.a = {nc, {mine_all}, {}};  // ignored by a non-root
+        // A non-root's sendbuff is ignored: it passes poison, which must stay as it is.
+        p.a = {nc, r == root ? std::vector<Segment>{mine_all} : std::vector<Segment>{}, {}};
         p.b = {c, {}, {input_at(0, c, root, from + my_part)}};
       }
       break;

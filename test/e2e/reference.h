@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 
@@ -373,15 +374,16 @@ struct Inputs {
   }
 };
 
-// out[j] = the reduction over ranks 0..nranks-1 (in order) of input element (from + j).
-// `scalar` is used by premulsum only. Keys holds at least nranks rank keys.
+// out[j] = the reduction over ranks 0..nranks-1 (in order) of input element (from + j), for
+// 1 <= nranks <= 64. `scalar` is used by premulsum only.
 template <class T>
 void reduce_reference(typename T::Storage* out, const Inputs& in, int nranks, Op op,
                       typename T::Storage scalar, std::size_t from, std::size_t len) {
   using A = typename T::Acc;
   constexpr int kMaxRanks = 64;
+  if (nranks < 1 || nranks > kMaxRanks) throw std::invalid_argument("reduce_reference: 1 to 64 ranks");
   std::uint64_t keys[kMaxRanks];
-  for (int k = 0; k < nranks && k < kMaxRanks; ++k) keys[k] = in.rank_key(k);
+  for (int k = 0; k < nranks; ++k) keys[k] = in.rank_key(k);
   const A s = T::load(scalar);
   auto fold = [&](auto first, auto step, auto last) {
     for (std::size_t j = 0; j < len; ++j) {

@@ -8,7 +8,7 @@
 // Case names read "AllReduce/float16/sum/count=7/inplace" ("/root=2" for rooted collectives;
 // no operator for the copies), so "--filter 'Reduce*/fp8*'" or "--filter count=1000/" select a part.
 //
-// The whole matrix runs at every rank count; with 8 ranks it is 104272 rank-cases.
+// The whole matrix runs at every rank count: 13032 cases with 8 ranks.
 #include <nccl.h>
 
 #include <chrono>

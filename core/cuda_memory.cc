@@ -58,26 +58,6 @@ void host_mapped_free(void* host) {
   if (host) cudaFreeHost(host);
 }
 
-Status current_device(int* device) { return check(cudaGetDevice(device), "cudaGetDevice"); }
 Status set_device(int device) { return check(cudaSetDevice(device), "cudaSetDevice"); }
-
-int device_of(const void* ptr) {
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
-    cudaGetLastError();
-    return -1;
-  }
-  if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) return a.device;
-  return -1;
-}
-
-int sm_count(int device) {
-  int n = 0;
-  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
 
 }  // namespace purlin::cuda

@@ -27,13 +27,8 @@ void ipc_close(void* ptr);
 Status host_mapped_alloc(std::size_t bytes, void** host, void** device);
 void host_mapped_free(void* host);
 
-// Device and pointer facts.
-Status current_device(int* device);
+// (Device counts, identities and multiprocessors: core/cuda_probe.h.)
 Status set_device(int device);
-// The device a pointer belongs to (-1 for host memory CUDA does not know).
-int device_of(const void* ptr);
-// Multiprocessors of a device.
-int sm_count(int device);
 
 // Wraps a failed CUDA call: logs and records "what: cuda error text" and returns cuda_error.
 Status check(int cuda_error, const char* what);

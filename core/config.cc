@@ -59,6 +59,11 @@ Config read_config() {
   std::string lat = env("PURLIN_LATENCY_MAX_BYTES");
   if (lat == "none" || lat == "0") c.latency_disabled = true;
   else c.latency_max_bytes = bytes_or("PURLIN_LATENCY_MAX_BYTES", lat);
+  std::string direct = env("PURLIN_DIRECT_MAX_BYTES");
+  if (direct == "none" || direct == "0") c.direct_disabled = true;
+  else c.direct_max_bytes = bytes_or("PURLIN_DIRECT_MAX_BYTES", direct);
+  c.channel_bytes = bytes_or("PURLIN_CHANNEL_BYTES", env("PURLIN_CHANNEL_BYTES"));
+  c.pdl_disabled = env("PURLIN_PDL") == "0";
   std::string slots = env("PURLIN_SLOTS");
   if (!slots.empty()) {
     int s = std::atoi(slots.c_str());
@@ -88,6 +93,10 @@ void log_config(const Config& c) {
   if (c.staging_bytes) log::info(log::kEnv, "PURLIN_STAGING_BYTES set by environment to {}", c.staging_bytes);
   if (c.latency_disabled) log::info(log::kEnv, "PURLIN_LATENCY_MAX_BYTES=none: latency path disabled");
   else if (c.latency_max_bytes) log::info(log::kEnv, "PURLIN_LATENCY_MAX_BYTES set by environment to {}", c.latency_max_bytes);
+  if (c.direct_disabled) log::info(log::kEnv, "PURLIN_DIRECT_MAX_BYTES=none: AllReduce always composed");
+  else if (c.direct_max_bytes) log::info(log::kEnv, "PURLIN_DIRECT_MAX_BYTES set by environment to {}", c.direct_max_bytes);
+  if (c.channel_bytes) log::info(log::kEnv, "PURLIN_CHANNEL_BYTES set by environment to {}", c.channel_bytes);
+  if (c.pdl_disabled) log::info(log::kEnv, "PURLIN_PDL=0: kernels launch without programmatic dependent launch");
   if (c.slots) log::info(log::kEnv, "PURLIN_SLOTS set by environment to {}", c.slots);
   if (c.channels) log::info(log::kEnv, "PURLIN_CHANNELS set by environment to {}", c.channels);
 }

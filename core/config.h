@@ -32,6 +32,10 @@ struct Config {
   int slots = 0;                       // PURLIN_SLOTS
   int channels = 0;                    // PURLIN_CHANNELS: CTAs per role on the SM datapath
   bool latency_disabled = false;       // PURLIN_LATENCY_MAX_BYTES=none forces the throughput path
+  std::uint64_t direct_max_bytes = 0;  // PURLIN_DIRECT_MAX_BYTES: AllReduce as one direct reduce up to this
+  bool direct_disabled = false;        // PURLIN_DIRECT_MAX_BYTES=none: always ReduceScatter + AllGather
+  std::uint64_t channel_bytes = 0;     // PURLIN_CHANNEL_BYTES: bytes of a call per SM channel
+  bool pdl_disabled = false;           // PURLIN_PDL=0: no programmatic dependent launch
 };
 
 // The process-wide configuration, read on first use.

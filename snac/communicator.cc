@@ -47,7 +47,9 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Opti
   if (options.device >= 0) {
     int sharing = 0;  // ranks on this rank's GPU, this one included
     for (int r = 0; r < nranks; ++r) sharing += all[r].gpu == mine.gpu ? 1 : 0;
-    args.policy = policy_for(DatapathKind::sm, nranks, sharing, gpu_sm_count(options.device));
+    args.one_gpu = sharing == nranks;
+    args.policy = policy_for(DatapathKind::sm, nranks, sharing, gpu_sm_count(options.device),
+                             sm_resident_ctas_per_sm(options.device));
     comm->policy_ = args.policy;
     PURLIN_TRY(make_sm_executor(args, &comm->executor_));
   } else {
@@ -69,10 +71,31 @@ void Communicator::abort() {
   if (bootstrap_) bootstrap_->abort();
 }
 
+namespace {
+
+// The form a collective runs in. An AllReduce small enough for the policy's direct bound runs as one
+// reduce of every rank's whole input (coll::AllReduceDirect), which needs one exchange instead of
+// two; both forms fold in rank order, so the result is the same bits.
+Op plan(const Op& op, const Policy& policy) {
+  if (op.kind != CollKind::all_reduce || op.in.empty() || op.out.empty()) return op;
+  std::uint64_t total = 0;
+  for (const Part& p : op.out) total += p.bytes;
+  if (total == 0 || total > policy.direct_max_bytes) return op;
+  Op direct;
+  direct.kind = CollKind::all_reduce_direct;
+  direct.type = op.type;
+  direct.op = op.op;
+  direct.in = {Part{op.in.front().ptr, total}};
+  direct.out = {Part{op.out.front().ptr, total}};
+  return direct;
+}
+
+}  // namespace
+
 Status Communicator::execute(const std::vector<Op>& ops, const std::vector<PeerOp>& p2p, void* stream) {
   if (aborted_.load()) return fail(Status::remote_error, "the communicator was aborted or failed");
   for (const Op& op : ops) {
-    Status s = executor_->execute(op, stream);
+    Status s = executor_->execute(plan(op, policy_), stream);
     if (s != Status::ok) {
       aborted_.store(true);
       return s;

@@ -32,6 +32,7 @@ struct ExecutorArgs {
   Policy policy;
   int device = -1;
   double timeout_s = 300.0;
+  bool one_gpu = false;            // every rank of the communicator runs on this rank's GPU
 };
 
 // The host datapath: ranks on one host share POSIX shared memory; threads stand in for CTAs.
@@ -39,5 +40,8 @@ Status make_host_executor(const ExecutorArgs& args, std::unique_ptr<Executor>* o
 // The SM datapath: windows in device memory shared through CUDA IPC, roles run by CTAs.
 // args.policy.workers is the number of channels (CTAs per role).
 Status make_sm_executor(const ExecutorArgs& args, std::unique_ptr<Executor>* out);
+// How many CTAs of the SM datapath's kernels one multiprocessor of `device` holds at once (the least
+// over all collectives); 0 without a GPU datapath.
+int sm_resident_ctas_per_sm(int device);
 
 }  // namespace purlin::snac

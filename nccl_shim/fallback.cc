@@ -17,8 +17,9 @@ constexpr int kKinds = static_cast<int>(snac::CollKind::all_to_all_v) + 1;
 
 // What each rank brings to the agreement at init.
 struct Vote {
-  std::uint32_t forced;  // PURLIN_FALLBACK's operations
-  std::uint32_t found;   // 1: it has a real NCCL (asked for only when needed)
+  std::uint32_t forced;   // PURLIN_FALLBACK's operations
+  std::uint32_t found;    // 1: it has a real NCCL (asked for only when needed)
+  std::uint32_t comm_id;  // 1: NCCL_COMM_ID is set, which the real NCCL would read too
 };
 
 Status use_device(int device) {
@@ -49,7 +50,7 @@ Status Fallback::attach(ncclComm* comm, std::unique_ptr<Fallback>* out) {
   // An environment that differs between ranks would leave some of them waiting in NCCL's init for
   // the others: agree first, and fail together.
   const int n = world.nranks(), me = world.rank();
-  Vote mine{c.fallback_ops, lib ? 1u : 0u};
+  Vote mine{c.fallback_ops, lib ? 1u : 0u, c.comm_id.empty() ? 0u : 1u};
   std::vector<Vote> votes(static_cast<std::size_t>(n));
   PURLIN_TRY(world.bootstrap().all_gather(&mine, sizeof(Vote), votes.data()));
   for (int r = 0; r < n; ++r)
@@ -64,6 +65,12 @@ Status Fallback::attach(ncclComm* comm, std::unique_ptr<Fallback>* out) {
   if (!lib)
     return fail(Status::invalid_usage, fmt::format("{}: the real NCCL must serve this communicator, but {}", reason, missing));
   for (int r = 0; r < n; ++r)
+    if (votes[r].comm_id)
+      return fail(Status::invalid_usage,
+                  fmt::format("{}: the real NCCL must serve this communicator, but NCCL_COMM_ID is set (rank {}), "
+                              "and the real NCCL would serve the rendezvous of each of its communicators at that "
+                              "address too; unset NCCL_COMM_ID", reason, r));
+  for (int r = 0; r < n; ++r)
     if (!votes[r].found)
       return fail(Status::invalid_usage,
                   fmt::format("{}: the real NCCL must serve this communicator, but rank {} found none "
@@ -77,7 +84,7 @@ Status Fallback::attach(ncclComm* comm, std::unique_ptr<Fallback>* out) {
   f->lib_ = lib;
   f->world_ = &world;
   f->local_ = &world;
-  f->noted_.assign(kKinds, 0xff);
+  f->noted_.assign(kKinds, 0);
   const snac::HostLayout& layout = world.layout();
   if (layout.hosts() > 1) {
     snac::Communicator::Options opt;
@@ -163,10 +170,11 @@ snac::RouteChoice Fallback::route(const snac::Op& op) const {
 
 void Fallback::note(const snac::Op& op, const snac::RouteChoice& choice) {
   const int k = static_cast<int>(op.kind);
+  const auto bit = static_cast<std::uint8_t>(1u << static_cast<int>(choice.route));
   {
     std::lock_guard<std::mutex> g(noted_mutex_);
-    if (noted_[k] == static_cast<std::uint8_t>(choice.route)) return;
-    noted_[k] = static_cast<std::uint8_t>(choice.route);
+    if (noted_[k] & bit) return;
+    noted_[k] |= bit;
   }
   if (choice.route == snac::Route::native) {
     log::info(log::kInit | log::kColl, "{} on rank {}/{}: Purlin", snac::name_of(op.kind), rank_, nranks_);

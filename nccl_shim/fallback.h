@@ -57,7 +57,7 @@ class Fallback {
   std::atomic<RealComm*> all_{nullptr};         // every rank
   std::atomic<RealComm*> rail_{nullptr};        // this rank's rail, for hierarchical collectives
   std::mutex noted_mutex_;
-  std::vector<std::uint8_t> noted_;             // per CollKind: the route was logged at INIT
+  std::vector<std::uint8_t> noted_;             // per CollKind: the routes already logged (bit per Route)
 };
 
 }  // namespace purlin::shim

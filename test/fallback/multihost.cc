@@ -7,10 +7,13 @@
 //
 // The parent makes the unique ids and starts one process per rank with its own environment (the
 // library reads its configuration once per process, so each rank is a fresh exec of this binary).
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <nccl.h>
+#include <netinet/in.h>
 #include <purlin/purlin.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,6 +43,7 @@ struct Scenario {
   std::vector<const char*> fallback;   // PURLIN_FALLBACK per rank (empty: unset everywhere)
   Lib lib;
   const char* init_error = nullptr;    // init must fail on every rank with this in the last error
+  bool comm_id = false;                // NCCL_COMM_ID set for every rank
 };
 
 const Scenario kScenarios[] = {
@@ -62,6 +66,8 @@ const Scenario kScenarios[] = {
     {"no-nccl", {"hostA", "hostB"}, {}, Lib::missing, "PURLIN_NCCL_LIBRARY"},
     {"self", {"hostA", "hostB"}, {}, Lib::self, "is this library"},
     {"mismatch", {"one", "one"}, {"allreduce", "none"}, Lib::fake, "PURLIN_FALLBACK differs between ranks"},
+    // The real NCCL would read NCCL_COMM_ID too and serve its own rendezvous there.
+    {"comm-id", {"hostA", "hostB"}, {}, Lib::fake, "NCCL_COMM_ID is set", true},
 };
 
 const Scenario* find(const std::string& name) {
@@ -629,6 +635,21 @@ int main(int argc, char** argv) {
   }
 
   const auto started = std::chrono::steady_clock::now();
+  if (sc->comm_id) {
+    // A free port on the loopback interface for the bootstrap's rendezvous.
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      std::perror("finding a free port");
+      return 1;
+    }
+    ::close(fd);
+    ::setenv("NCCL_COMM_ID", ("127.0.0.1:" + std::to_string(ntohs(addr.sin_port))).c_str(), 1);
+  }
   std::string hex;
   for (int k = 0; k < 2; ++k) {
     ncclUniqueId id;

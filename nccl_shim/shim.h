@@ -17,11 +17,11 @@
 #include "core/types.h"
 #include "snac/communicator.h"
 
-// Defines pnccl<name> and exports nccl<name> as a weak alias of it, as NCCL does.
 namespace purlin::shim {
-class Fallback;
+class Fallback;  // nccl_shim/fallback.h
 }
 
+// Defines pnccl<name> and exports nccl<name> as a weak alias of it, as NCCL does.
 #define NCCL_API(ret, name, ...)                                                                  \
   extern "C" __attribute__((visibility("default"))) ret p##name(__VA_ARGS__);                     \
   extern "C" __attribute__((visibility("default"), weak, alias("p" #name))) ret name(__VA_ARGS__); \

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,7 +36,9 @@ namespace {
 
 using namespace e2e;
 
-enum class Lib { fake, fake_old, missing, self };
+// fake: PURLIN_NCCL_LIBRARY names the fake; wheel: it is unset, and the fake sits where the
+// nvidia-nccl wheel puts NCCL beside a loaded Python package (a stand-in for torch's libraries).
+enum class Lib { fake, fake_old, missing, self, wheel };
 
 struct Scenario {
   const char* name;
@@ -58,6 +61,8 @@ const Scenario kScenarios[] = {
     // One host, some operations forwarded.
     {"forced", {"one", "one", "one"}, {"allreduce,send,allgatherv", "allreduce,send,allgatherv", "allreduce,send,allgatherv"},
      Lib::fake},
+    // NCCL found by Purlin's own search, as the wheel beside torch.
+    {"wheel", {"hostA", "hostB"}, {}, Lib::wheel},
     // One host, every operation forwarded.
     {"forced-all", {"one", "one"}, {"all", "all"}, Lib::fake},
     // One host, nothing set but the library: Purlin serves everything and never loads it.
@@ -563,6 +568,14 @@ int child(const Scenario& sc, int rank, const std::vector<ncclUniqueId>& ids, co
           const Options& options) {
   const int n = static_cast<int>(sc.hosts.size());
   Reporter report(options, rank, n, nullptr);
+  if (sc.lib == Lib::wheel) {
+    // What torch's libraries are to a real job: a loaded object in a Python packages directory.
+    const std::string site = library.substr(0, library.find("/nvidia/nccl/lib/"));
+    if (!::dlopen((site + "/torch/lib/libtorch_stub.so").c_str(), RTLD_NOW | RTLD_LOCAL)) {
+      report.fail(std::string("loading the stand-in for torch: ") + ::dlerror());
+      return 1;
+    }
+  }
   ncclComm_t comm = nullptr;
   const ncclResult_t rc = ncclCommInitRank(&comm, n, ids[0], rank);
   if (sc.init_error) {
@@ -605,7 +618,7 @@ int child(const Scenario& sc, int rank, const std::vector<ncclUniqueId>& ids, co
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  std::string scenario, fake, fake_old, filter, child_rank, child_ids;
+  std::string scenario, fake, fake_old, filter, child_rank, child_ids, wheel_root;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -618,15 +631,35 @@ int main(int argc, char** argv) {
     else if (a == "--filter") filter = next();
     else if (a == "--child-rank") child_rank = next();
     else if (a == "--child-ids") child_ids = next();
+    else if (a == "--wheel-root") wheel_root = next();
     else usage(argv[0]);
   }
   const Scenario* sc = find(scenario);
   if (!sc || fake.empty() || fake_old.empty()) usage(argv[0]);
+  if (sc->lib == Lib::wheel && child_rank.empty()) {
+    char dir[] = "/tmp/purlin-wheel-XXXXXX";
+    if (!::mkdtemp(dir)) {
+      std::perror("mkdtemp");
+      return 1;
+    }
+    wheel_root = dir;
+    std::error_code e;
+    const std::filesystem::path site = wheel_root + "/site-packages";
+    std::filesystem::create_directories(site / "nvidia/nccl/lib", e);
+    std::filesystem::create_directories(site / "torch/lib", e);
+    std::filesystem::copy_file(fake, site / "nvidia/nccl/lib/libnccl.so.2", e);
+    std::filesystem::copy_file(fake_old, site / "torch/lib/libtorch_stub.so", e);
+    if (e) {
+      std::fprintf(stderr, "preparing %s: %s\n", dir, e.message().c_str());
+      return 1;
+    }
+  }
   Options options;
   options.nranks = static_cast<int>(sc->hosts.size());
   if (!filter.empty()) options.filters.push_back(filter);
   std::string library = sc->lib == Lib::fake ? fake : sc->lib == Lib::fake_old ? fake_old
                         : sc->lib == Lib::self ? own_library() : "/nonexistent/libnccl.so.2";
+  if (sc->lib == Lib::wheel) library = wheel_root + "/site-packages/nvidia/nccl/lib/libnccl.so.2";
 
   if (!child_rank.empty()) {
     std::vector<ncclUniqueId> ids;
@@ -669,7 +702,8 @@ int main(int argc, char** argv) {
     }
     if (pid == 0) {
       ::setenv("PURLIN_HOST_ID", sc->hosts[r], 1);
-      ::setenv("PURLIN_NCCL_LIBRARY", library.c_str(), 1);
+      if (sc->lib == Lib::wheel) ::unsetenv("PURLIN_NCCL_LIBRARY");
+      else ::setenv("PURLIN_NCCL_LIBRARY", library.c_str(), 1);
       ::setenv("PURLIN_DATAPATH", "host", 1);
       if (!sc->fallback.empty()) ::setenv("PURLIN_FALLBACK", sc->fallback[r], 1);
       else ::unsetenv("PURLIN_FALLBACK");
@@ -677,6 +711,7 @@ int main(int argc, char** argv) {
       std::vector<const char*> args = {argv[0], "--scenario", sc->name, "--fake", fake.c_str(), "--fake-old",
                                        fake_old.c_str(), "--child-rank", rank.c_str(), "--child-ids", hex.c_str()};
       if (!filter.empty()) args.insert(args.end(), {"--filter", filter.c_str()});
+      if (!wheel_root.empty()) args.insert(args.end(), {"--wheel-root", wheel_root.c_str()});
       args.push_back(nullptr);
       ::execv("/proc/self/exe", const_cast<char* const*>(args.data()));
       std::perror("execv");
@@ -713,6 +748,10 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!wheel_root.empty()) {
+    std::error_code e;
+    std::filesystem::remove_all(wheel_root, e);
   }
   std::printf("%s: %d ranks, %s in %.1f s\n", sc->name, n, failures ? "FAILED" : "all passed", seconds_since(started));
   return failures ? 1 : 0;

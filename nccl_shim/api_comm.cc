@@ -14,6 +14,7 @@
 #include "core/cuda_probe.h"
 #include "core/log.h"
 #include "nccl_shim/argcheck.h"
+#include "nccl_shim/fallback.h"
 #include "nccl_shim/shim.h"
 
 namespace purlin::shim {
@@ -73,6 +74,7 @@ void init_body(ncclComm* comm, purlin::UniqueId id, int rank, int nranks) {
   opt.device = comm->device;
   log::set_thread_device(comm->device);
   Status s = snac::Communicator::create(id, rank, nranks, opt, &comm->abort_flag, &comm->impl);
+  if (s == Status::ok) s = Fallback::attach(comm, &comm->fallback);
   if (s != Status::ok) {
     propagate(comm, s);
     comm->async_error.store(static_cast<int>(s));
@@ -133,6 +135,7 @@ void join_init(ncclComm* comm) {
 ncclResult_t teardown(ncclComm* comm, bool abort) {
   if (abort) {
     comm->abort_flag.store(true);
+    if (comm->fallback) comm->fallback->abort();
     if (comm->impl) comm->impl->abort();
   }
   join_init(comm);
@@ -163,6 +166,11 @@ ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* con
   comm->device = parent->device;
   comm->blocking = settings.blocking;
   comm->impl = std::move(child);
+  s = Fallback::attach(comm, &comm->fallback);
+  if (s != Status::ok) {
+    delete comm;
+    return propagate(parent, s);
+  }
   register_comm(comm);
   *newcomm = comm;
   return ncclSuccess;
@@ -327,6 +335,7 @@ NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asy
   int e = comm->async_error.load(std::memory_order_acquire);
   if (e == ncclSuccess && comm->impl) {
     Status s = comm->impl->async_status();
+    if (s == Status::ok && comm->fallback) s = comm->fallback->async_status();
     if (s != Status::ok) {
       e = static_cast<int>(s);
       comm->async_error.store(e);

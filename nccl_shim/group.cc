@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/log.h"
+#include "nccl_shim/fallback.h"
 
 namespace purlin::shim {
 namespace {
@@ -33,7 +34,8 @@ Batch& batch_for(ncclComm* comm, cudaStream_t stream) {
 }
 
 ncclResult_t run_batch(Batch& b) {
-  Status s = b.comm->impl->execute(b.ops, b.p2p, b.stream);
+  Status s = b.comm->fallback ? b.comm->fallback->execute(b.ops, b.p2p, b.stream)
+                              : b.comm->impl->execute(b.ops, b.p2p, b.stream);
   if (s != Status::ok) {
     b.comm->async_error.store(static_cast<int>(s));
     return propagate(b.comm, s);

@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/topology.h"
 #include "core/cuda_probe.h"
+#include "snac/window.h"
 
 namespace purlin::snac {
 
@@ -33,11 +34,20 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Opti
          gpu_identity(options.device), getpid()};
   std::vector<Hello> all(static_cast<std::size_t>(nranks));
   PURLIN_TRY(comm->bootstrap_->all_gather(&mine, sizeof(Hello), all.data()));
-  for (int r = 0; r < nranks; ++r)
-    if (all[r].host != all[0].host)
-      return fail(Status::invalid_usage,
-                  fmt::format("ranks 0 and {} are on different hosts; a communicator across hosts needs the "
-                              "NCCL fallback, which this build does not offer yet", r));
+  std::vector<std::uint64_t> hosts(static_cast<std::size_t>(nranks));
+  for (int r = 0; r < nranks; ++r) hosts[r] = all[r].host;
+  comm->layout_ = HostLayout::from_ids(hosts);
+  if (comm->layout_.hosts() > 1) comm->declined_ = fmt::format("the ranks span {} hosts", comm->layout_.hosts());
+  else if (nranks > kMaxRanks)
+    comm->declined_ = fmt::format("Purlin serves at most {} ranks on one host (asked for {})", kMaxRanks, nranks);
+  if (!comm->declined_.empty()) {
+    // No datapath: the bootstrap and the layout serve the caller's hand-over to NCCL.
+    comm->policy_ = policy_for(DatapathKind::host, nranks, 1, 0);
+    PURLIN_TRY(comm->bootstrap_->barrier());
+    log::info(log::kInit, "comm rank {} nranks {}: no Purlin datapath ({})", rank, nranks, comm->declined_);
+    *out = std::move(comm);
+    return Status::ok;
+  }
 
   ExecutorArgs args;
   args.bootstrap = comm->bootstrap_.get();
@@ -64,6 +74,12 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Opti
 }
 
 Communicator::~Communicator() = default;
+
+std::string Communicator::supports(const Op& op) const {
+  if (!executor_) return declined_;
+  std::string why;
+  return executor_->supports(op, &why) ? std::string() : why;
+}
 
 void Communicator::abort() {
   aborted_.store(true);
@@ -94,6 +110,7 @@ Op plan(const Op& op, const Policy& policy) {
 
 Status Communicator::execute(const std::vector<Op>& ops, const std::vector<PeerOp>& p2p, void* stream) {
   if (aborted_.load()) return fail(Status::remote_error, "the communicator was aborted or failed");
+  if (!executor_) return fail(Status::invalid_usage, fmt::format("no Purlin datapath serves this communicator: {}", declined_));
   for (const Op& op : ops) {
     Status s = executor_->execute(plan(op, policy_), stream);
     if (s != Status::ok) {

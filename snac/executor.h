@@ -24,6 +24,13 @@ class Executor {
   virtual std::string last_plan() const = 0;
   // An error a datapath found after the call returned (a kernel that timed out or was aborted).
   virtual Status async_status() const { return Status::ok; }
+  // Whether this datapath serves `op`; if not, *why says so (logged at INFO as the operation is
+  // handed to the real NCCL instead). The answer may depend only on values every rank shares.
+  virtual bool supports(const Op& op, std::string* why) const {
+    (void)op;
+    (void)why;
+    return true;
+  }
 };
 
 struct ExecutorArgs {

@@ -122,8 +122,8 @@ def rank_env(rank: int, world: int, port: int, logdir: Path, preload: bool,
         "MASTER_PORT": str(port),
         "PYTHONUNBUFFERED": "1",
         "NCCL_NVLS_ENABLE": "0",
-        "NCCL_DEBUG": env.get("NCCL_DEBUG", "INFO"),
-        # One log file per process: the ranks look for our INFO lines in their own.
+        # INFO, one log file per process: the ranks look for our INFO lines in their own.
+        "NCCL_DEBUG": "INFO",
         "NCCL_DEBUG_FILE": str(logdir / "nccl.%p.log"),
         # Our library gives up waiting for a peer well before the launch's limit.
         "PURLIN_TIMEOUT": env.get("PURLIN_TIMEOUT", "45"),

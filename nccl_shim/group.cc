@@ -37,7 +37,9 @@ ncclResult_t run_batch(Batch& b) {
   Status s = b.comm->fallback ? b.comm->fallback->execute(b.ops, b.p2p, b.stream)
                               : b.comm->impl->execute(b.ops, b.p2p, b.stream);
   if (s != Status::ok) {
-    b.comm->async_error.store(static_cast<int>(s));
+    // A call refused for its arguments leaves the communicator usable, as NCCL's do; anything else
+    // (a peer lost, a timeout, an internal failure) puts it in the error state.
+    if (s != Status::invalid_argument && s != Status::invalid_usage) b.comm->async_error.store(static_cast<int>(s));
     return propagate(b.comm, s);
   }
   return ncclSuccess;

@@ -143,8 +143,6 @@ def worker(args: argparse.Namespace) -> int:
             dist.all_reduce(buf)
         return buf
 
-    pool = torch.cuda.graph_pool_handle()
-
     def capture(fn, *inputs):
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -153,7 +151,9 @@ def worker(args: argparse.Namespace) -> int:
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
+        # A private memory pool per graph: a pool shared with graphs already destroyed trips torch's
+        # allocator ("use_count > 0" at capture_begin).
+        with torch.cuda.graph(graph):
             fn(*inputs)
         return graph
 
@@ -256,11 +256,12 @@ def describe_library(result: dict, ours_sha: str) -> str:
     shas = result.get("libnccl_sha256") or []
     if not shas:
         return result["library"]
-    is_ours = all(s == ours_sha for s in shas)
+    # Under LD_PRELOAD torch still maps the wheel's libnccl.so.2 beside ours; ours resolves first.
+    ours_mapped = any(s == ours_sha for s in shas)
     if result["library"] == "ours":
-        return "ours" if is_ours else "ours? (WARNING: the mapped libnccl is not our file)"
+        return "ours" if ours_mapped else "ours? (WARNING: our libnccl is not mapped)"
     version = ".".join(str(v) for v in result.get("nccl_version", []))
-    return f"framework NCCL {version}" + (" (WARNING: the mapped libnccl is our file)" if is_ours else "")
+    return f"framework NCCL {version}" + (" (WARNING: our libnccl is mapped)" if ours_mapped else "")
 
 
 def table(results: list[dict], args: argparse.Namespace, ours_sha: str, command: str) -> str:

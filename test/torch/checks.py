@@ -123,14 +123,20 @@ def mapped_libraries(stem: str = "libnccl") -> list[str]:
     return paths
 
 
-def expect_ours_mapped(ours: str | Path) -> str:
-    """Every mapped libnccl is a file with our bytes, and there is at least one."""
+def expect_ours_mapped(ours: str | Path, others_allowed: bool = False) -> str:
+    """A libnccl with our bytes is mapped; unless `others_allowed`, every mapped libnccl is ours.
+
+    Under LD_PRELOAD torch still loads the wheel's libnccl.so.2 itself (its Python start-up loads
+    the nvidia wheels' libraries by path); ours then wins symbol resolution, which the "how loaded"
+    check proves separately."""
     paths = mapped_libraries()
     if not paths:
         raise CheckFailed("no libnccl is mapped into this process")
     want = file_sha256(ours)
     foreign = [p for p in paths if p.endswith(" (deleted)") or file_sha256(p) != want]
-    if foreign:
+    if len(foreign) == len(paths):
+        raise CheckFailed(f"our libnccl is not mapped: {', '.join(foreign)} (ours: {ours})")
+    if foreign and not others_allowed:
         raise CheckFailed(f"mapped libnccl not ours: {', '.join(foreign)} (ours: {ours})")
     return "mapped: " + ", ".join(paths)
 

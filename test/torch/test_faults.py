@@ -67,8 +67,10 @@ def test_fault_absent_rank():
                             grace_s=LIMIT_S, extra_env={**ENV, "PURLIN_FAULT": "absent"})
     absent, waiting = launch.ranks[0], launch.ranks[1]
     checks = [_warm(launch)]
+    # torch's watchdog reports the timeout and tears the process group down; whether the process
+    # then exits non-zero is torch's choice. What matters: it ended by itself, with that error.
     checks.append(("the blocked rank was ended by the watchdog, not left hanging",
-                   not waiting.killed and waiting.returncode != 0 and bool(_watchdog_line(waiting)),
+                   not waiting.killed and bool(_watchdog_line(waiting)),
                    f"{_ended(waiting)}; {_watchdog_line(waiting) or 'no watchdog error in its stderr'}"))
     destroyed = any(k == "PASS" and rest.startswith("the absent rank destroys") for k, rest in absent.lines)
     checks.append(("the absent rank destroyed its process group and exited 0",

@@ -76,11 +76,11 @@ Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int c
     p.staging_half = least;
   }
   if (datapath == DatapathKind::sm) {
-    // Up to three roles per channel; keep half of the GPU's CTA slots free for the users' own
+    // Up to three roles per channel; keep a quarter of the GPU's CTA slots free for the users' own
     // kernels. Every sharing rank's CTAs must fit at once (they spin on each other), so even an
     // explicit PURLIN_CHANNELS stays below the residency bound.
     const int per_sm = ctas_per_sm > 0 ? ctas_per_sm : 1;
-    const int slots = std::max(1, sms * per_sm / 2);
+    const int slots = std::max(1, sms * per_sm * 3 / 4);
     const int resident = std::max(1, sms * per_sm / (3 * std::max(1, sharing)));
     p.workers = std::clamp(slots / (3 * std::max(1, sharing)), 1, kMaxChannels);
     if (c.channels) {

@@ -114,6 +114,7 @@ Status one_call(const Call& c, int rank, int nranks, const Op& op, ncclRedOp_t r
   void* out = op.out.empty() ? nullptr : op.out.front().ptr;
   switch (op.kind) {
     case CollKind::all_reduce:
+    case CollKind::all_reduce_direct:
       return check(lib, c.comm, lib.AllReduce(in, out, total(op.out) / c.es, c.dt, rop, c.h, c.stream), "ncclAllReduce");
     case CollKind::broadcast:
       return check(lib, c.comm, lib.Broadcast(in, out, total(op.out) / c.es, c.dt, op.root, c.h, c.stream),

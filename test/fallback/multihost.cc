@@ -31,6 +31,7 @@
 #include "harness.h"
 #include "plans.h"
 #include "reference.h"
+#include "unique_id.h"
 
 namespace {
 
@@ -543,20 +544,6 @@ void nonblocking(Rank& rk, const ncclUniqueId& id) {
 }
 
 // ---- Processes ------------------------------------------------------------------------------------
-
-std::string hex_of(const ncclUniqueId& id) {
-  std::string s;
-  char b[3];
-  for (unsigned char c : id.internal) std::snprintf(b, sizeof b, "%02x", c), s += b;
-  return s;
-}
-
-ncclUniqueId id_of(const std::string& hex) {
-  ncclUniqueId id{};
-  for (std::size_t i = 0; i < sizeof id.internal && 2 * i + 1 < hex.size(); ++i)
-    id.internal[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
-  return id;
-}
 
 std::string own_library() {
   Dl_info info{};

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "nccl_shim/comm_work.h"
+
 namespace purlin::shim {
 
 ncclResult_t check_comm(const char* fn, ncclComm_t comm) {
@@ -13,14 +15,17 @@ ncclResult_t check_comm(const char* fn, ncclComm_t comm) {
     return fail(nullptr, ncclInvalidArgument,
                 fmt::format("{}: comm {} is not a live communicator (destroyed or corrupted)", fn,
                             static_cast<const void*>(comm)));
-  int state = comm->async_error.load();
+  // As NCCL: using a communicator whose previous (non-blocking) operation has not settled is an
+  // invalid argument; a failed communicator reports its failure.
+  const ncclResult_t state = comm_state(comm);
   if (state == ncclInProgress)
-    return fail(comm, ncclInvalidUsage, fmt::format("{}: comm is still initialising (poll ncclCommGetAsyncError)", fn));
+    return fail(comm, ncclInvalidArgument,
+                fmt::format("{}: the communicator's previous operation is still in progress (poll ncclCommGetAsyncError)", fn));
   if (comm->revoked.load()) return fail(comm, ncclInvalidUsage, fmt::format("{}: comm was revoked", fn));
   if (state != ncclSuccess)
-    return fail(comm, static_cast<ncclResult_t>(state),
-                fmt::format("{}: comm is in error state ({}); abort and re-create it", fn,
-                            ncclGetErrorString(static_cast<ncclResult_t>(state))));
+    return fail(comm, state,
+                fmt::format("{}: comm is in error state ({}); abort and re-create it", fn, ncclGetErrorString(state)));
+  if (comm->finalized.load()) return fail(comm, ncclInvalidUsage, fmt::format("{}: comm was finalized", fn));
   return ncclSuccess;
 }
 

@@ -7,12 +7,14 @@
 #include <fmt/format.h>
 
 #include "core/log.h"
+#include "nccl_shim/comm_work.h"
 
 namespace purlin::shim {
 namespace {
 
 struct Batch {
   ncclComm* comm;
+  std::uint64_t serial;  // the comm's, to tell it from a later one at the same address
   cudaStream_t stream;
   std::vector<snac::Op> ops;
   std::vector<snac::PeerOp> p2p;
@@ -28,34 +30,55 @@ thread_local GroupState tls_group;
 Batch& batch_for(ncclComm* comm, cudaStream_t stream) {
   for (Batch& b : tls_group.batches)
     if (b.comm == comm) return b;
-  tls_group.batches.push_back(Batch{comm, stream, {}, {}});
+  tls_group.batches.push_back(Batch{comm, comm->serial, stream, {}, {}});
   return tls_group.batches.back();
 }
 
-ncclResult_t run_batch(Batch& b) {
+// A failure that breaks the communicator is recorded by it (ncclCommGetAsyncError reports it).
+ncclResult_t run_batch(const Batch& b) {
+  InUse use(b.comm);
   Status s = b.comm->impl->execute(b.ops, b.p2p, b.stream);
-  if (s != Status::ok) {
-    b.comm->async_error.store(static_cast<int>(s));
-    return propagate(b.comm, s);
-  }
+  if (s != Status::ok) return propagate(b.comm, s);
   return ncclSuccess;
+}
+
+// A communicator destroyed or aborted between the call and the end of its group.
+ncclResult_t gone(const Batch& b) {
+  return fail(nullptr, ncclInvalidUsage,
+              fmt::format("ncclGroupEnd: communicator {} was destroyed or aborted inside the group; its {} calls are "
+                          "dropped", static_cast<const void*>(b.comm), b.ops.size() + b.p2p.size()));
 }
 
 ncclResult_t flush() {
   std::vector<Batch> batches = std::move(tls_group.batches);
   tls_group.batches.clear();
-  if (batches.empty()) return ncclSuccess;
-  if (batches.size() == 1) return run_batch(batches[0]);
-  // Several communicators (e.g. one per rank in this process): each waits for its peers, so they
-  // must run at the same time.
-  std::vector<ncclResult_t> results(batches.size(), ncclSuccess);
-  std::vector<std::thread> threads;
-  for (std::size_t i = 0; i < batches.size(); ++i)
-    threads.emplace_back([&, i] { results[i] = run_batch(batches[i]); });
-  for (auto& t : threads) t.join();
-  for (ncclResult_t r : results)
-    if (r != ncclSuccess) return r;
-  return ncclSuccess;
+  ncclResult_t result = ncclSuccess;
+  auto note = [&result](ncclResult_t r) {
+    if (result == ncclSuccess || (result == ncclInProgress && r != ncclSuccess)) result = r;
+  };
+  // Non-blocking communicators run their batch in the background; blocking ones run here.
+  std::vector<const Batch*> now;
+  for (Batch& b : batches) {
+    if (!is_live(b.comm, b.serial)) {
+      note(gone(b));
+    } else if (b.comm->blocking) {
+      now.push_back(&b);
+    } else {
+      note(run_work(b.comm, [b = std::move(b)] { return run_batch(b); }));
+    }
+  }
+  if (now.size() == 1) {
+    note(run_batch(*now[0]));
+  } else if (now.size() > 1) {
+    // Several communicators (e.g. one per rank in this process): each waits for its peers, so they
+    // must run at the same time.
+    std::vector<ncclResult_t> results(now.size(), ncclSuccess);
+    std::vector<std::thread> threads;
+    for (std::size_t i = 0; i < now.size(); ++i) threads.emplace_back([&, i] { results[i] = run_batch(*now[i]); });
+    for (auto& t : threads) t.join();
+    for (ncclResult_t r : results) note(r);
+  }
+  return result;
 }
 
 }  // namespace

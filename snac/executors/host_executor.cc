@@ -1,4 +1,5 @@
 // The host datapath bound to SNAC: windows in POSIX shared memory, the protocol's roles on threads.
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -71,6 +72,16 @@ class Worker {
 class HostExecutor final : public Executor {
  public:
   Status init(const ExecutorArgs& args) {
+    Status s = map_windows(args);
+    if (failed(s)) {
+      // A peer that failed between creating its segment and the unlink below would leave its name
+      // in /dev/shm for good: remove every rank's (the names are unique to this communicator).
+      for (int r = 0; r < args.bootstrap->nranks(); ++r) shm_unlink(segment_name(args.tag, r).c_str());
+    }
+    return s;
+  }
+
+  Status map_windows(const ExecutorArgs& args) {
     Bootstrap& boot = *args.bootstrap;
     policy_ = args.policy;
     timeout_s_ = args.timeout_s;

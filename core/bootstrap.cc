@@ -491,6 +491,7 @@ struct Bootstrap::Impl {
   // Held by every operation, and by failed_peer() while it reads pending traffic.
   std::mutex op_mu;
   std::atomic<const std::atomic<bool>*> interrupt{nullptr};
+  bool left = false;  // leave() sent its farewells (under op_mu)
 
   bool interrupted() const {
     const std::atomic<bool>* f = interrupt.load(std::memory_order_acquire);
@@ -929,6 +930,8 @@ void Bootstrap::leave() {
   Impl& m = *impl_;
   if (m.aborted.load(std::memory_order_acquire)) return;  // an abort is no orderly departure
   std::lock_guard<std::mutex> op(m.op_mu);
+  if (m.left) return;
+  m.left = true;
   const FrameHeader bye{kFrameFarewell, 0, 0};
   const Deadline until = net::deadline_after(kFarewellWaitS);
   for (int r = 0; r < m.nranks; ++r) {

@@ -63,9 +63,9 @@ class Bootstrap {
   // clears it.
   void set_interrupt(const std::atomic<bool>* flag);
 
-  // Tells every peer that this rank is leaving in good order (the communicator is destroyed, not
-  // aborted), so that its closing connection is not taken for a death. Best effort, never blocks
-  // for long; call it last, once no operation is in progress.
+  // Tells every peer that this rank is leaving in good order (the communicator is finalized or
+  // destroyed, not aborted), so that its closing connection is not taken for a death. Best effort,
+  // never blocks for long, sends once; call it when this rank has no more operations to make.
   void leave();
   // The liveness check, for a watcher thread: the lowest rank whose connection closed without a
   // leave() (its process died, or it aborted), or -1. Reads pending traffic only when no operation

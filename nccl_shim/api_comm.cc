@@ -214,7 +214,8 @@ ncclResult_t ensure_ready(const char* fn, ncclComm* comm) {
     return fail(comm, ncclInvalidArgument,
                 fmt::format("{}: the communicator's previous operation is still in progress (poll ncclCommGetAsyncError)", fn));
   if (state != ncclSuccess)
-    return fail(comm, state, fmt::format("{}: the communicator is in error state ({}); abort it", fn, ncclGetErrorString(state)));
+    return fail(comm, state, fmt::format("{}: the communicator is in error state ({}): {}; abort it", fn,
+                                         ncclGetErrorString(state), failure_reason(comm)));
   return ncclSuccess;
 }
 
@@ -366,8 +367,12 @@ NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   if (comm->finalized.exchange(true))
     return fail(comm, ncclInvalidArgument, "ncclCommFinalize: the communicator was already finalized or revoked");
   // Every call's work is complete (host) or ordered on its stream (GPU) when the call settles:
-  // nothing is left to flush, but a non-blocking communicator still answers in progress.
-  return run_work(comm, [] { return ncclSuccess; });
+  // nothing is left to flush but the farewell; a non-blocking communicator answers in progress.
+  return run_work(comm, [comm] {
+    InUse use(comm);
+    comm->impl->finalize();
+    return ncclSuccess;
+  });
 }
 
 NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {

@@ -24,7 +24,8 @@ ncclResult_t check_comm(const char* fn, ncclComm_t comm) {
   if (comm->revoked.load()) return fail(comm, ncclInvalidUsage, fmt::format("{}: comm was revoked", fn));
   if (state != ncclSuccess)
     return fail(comm, state,
-                fmt::format("{}: comm is in error state ({}); abort and re-create it", fn, ncclGetErrorString(state)));
+                fmt::format("{}: comm is in error state ({}): {}; abort and re-create it", fn,
+                            ncclGetErrorString(state), failure_reason(comm)));
   if (comm->finalized.load()) return fail(comm, ncclInvalidUsage, fmt::format("{}: comm was finalized", fn));
   return ncclSuccess;
 }

@@ -50,4 +50,9 @@ ncclResult_t comm_state(const ncclComm* comm) {
   return ncclSuccess;
 }
 
+std::string failure_reason(const ncclComm* comm) {
+  if (!comm->impl_ready.load(std::memory_order_acquire)) return {};
+  return comm->impl->failure_reason();
+}
+
 }  // namespace purlin::shim

@@ -11,6 +11,7 @@
 #include <nccl.h>
 
 #include <functional>
+#include <string>
 
 #include "nccl_shim/shim.h"
 
@@ -47,5 +48,7 @@ void wait_idle(const ncclComm* comm);
 // ncclCommGetAsyncError's answer, from plain loads: ncclInProgress, an init failure, or the
 // failure the communicator found (a failed call, a dead peer, an error of the GPU datapath).
 ncclResult_t comm_state(const ncclComm* comm);
+// Why the communicator failed, for the messages of calls it refuses ("" when unknown).
+std::string failure_reason(const ncclComm* comm);
 
 }  // namespace purlin::shim

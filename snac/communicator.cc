@@ -190,6 +190,10 @@ Status Communicator::create_child(const UniqueId& id, int rank, int nranks, cons
   return s;
 }
 
+void Communicator::finalize() {
+  if (bootstrap_) bootstrap_->leave();
+}
+
 void Communicator::revoke() {
   revoked_.store(true);
   if (executor_) executor_->abort();

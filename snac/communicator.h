@@ -66,6 +66,9 @@ class Communicator {
   // invalid_usage. The bootstrap stays usable for split and shrink (ncclCommRevoke, and
   // ncclCommShrink with NCCL_SHRINK_ABORT).
   void revoke();
+  // This rank makes no more calls (ncclCommFinalize): its peers are told that its departure, by
+  // destroy or by abort, is no failure.
+  void finalize();
   // A failure found outside any call: a dead peer (the watcher) or an error of the datapath after
   // a call returned (GPU). Plain loads; never blocks.
   Status async_status() const;

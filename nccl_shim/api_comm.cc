@@ -363,6 +363,7 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
 
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   const char* fn = "ncclCommFinalize";
+  if (comm == nullptr) return ncclSuccess;  // as NCCL
   if (ncclResult_t r = ensure_ready(fn, comm); r != ncclSuccess) return r;
   if (comm->finalized.exchange(true))
     return fail(comm, ncclInvalidArgument, "ncclCommFinalize: the communicator was already finalized or revoked");

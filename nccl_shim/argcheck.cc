@@ -2,9 +2,11 @@
 
 #include <cstdint>
 #include <limits>
+#include <tuple>
 
 #include <fmt/format.h>
 
+#include "core/cuda_probe.h"
 #include "nccl_shim/comm_work.h"
 
 namespace purlin::shim {
@@ -45,14 +47,13 @@ ncclResult_t check_coll(const CollCheck& c, DataType* type, ReduceOp* op) {
       *op = ReduceOp{static_cast<RedOpKind>(o), 0, nullptr, comm->nranks};
     } else {
       // Read the slot under the lock; report (which takes the lock again) after releasing it.
-      std::size_t slot = static_cast<std::size_t>(o - ncclNumOps);
       bool live = false;
       ncclComm::RedOpSlot found;
       {
         std::lock_guard<std::mutex> g(comm->mutex);
-        if (o >= ncclNumOps && slot < comm->redops.size() && comm->redops[slot].live) {
+        if (const ncclComm::RedOpSlot* slot = comm->redop(o)) {
           live = true;
-          found = comm->redops[slot];
+          found = *slot;
         }
       }
       if (!live) return fail(comm, ncclInvalidArgument, fmt::format("{}: invalid reduction operator {}", c.fn, o));
@@ -73,6 +74,15 @@ ncclResult_t check_coll(const CollCheck& c, DataType* type, ReduceOp* op) {
       return fail(comm, ncclInvalidArgument, fmt::format("{}: sendbuff is NULL with count {}", c.fn, c.count));
     if (c.recv_needed && c.recv == nullptr)
       return fail(comm, ncclInvalidArgument, fmt::format("{}: recvbuff is NULL with count {}", c.fn, c.count));
+    // Memory of another GPU: NCCL checks it only under NCCL_CHECK_POINTERS=1; its kernels then fault.
+    if (comm->device >= 0) {
+      for (auto [what, ptr, needed] : {std::tuple{"sendbuff", c.send, c.send_needed}, std::tuple{"recvbuff", c.recv, c.recv_needed}}) {
+        const int d = needed ? cuda_pointer_device(ptr) : -1;
+        if (d >= 0 && d != comm->device)
+          return fail(comm, ncclInvalidArgument, fmt::format("{}: {} {} is memory of device {}, the communicator's is device {}",
+                                                             c.fn, what, ptr, d, comm->device));
+      }
+    }
   }
   return ncclSuccess;
 }

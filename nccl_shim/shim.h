@@ -44,12 +44,26 @@ struct ncclComm {
   std::mutex mutex;           // last_error and redops
   std::string last_error;
 
+  // User reduction operators. A handle is ncclNumOps + slot + (generation << 16): a slot is reused
+  // after ncclRedOpDestroy with the next generation, so a destroyed handle is never taken for the
+  // operator that reuses its slot.
   struct RedOpSlot {
     bool live = false;
+    std::uint32_t generation = 0;
     purlin::ReduceOp op{};
     purlin::DataType type = purlin::DataType::f32;
   };
+  static constexpr std::size_t kRedOpSlots = 1u << 16;
+  static constexpr std::uint32_t kRedOpGenerations = 1u << 14;
   std::vector<RedOpSlot> redops;
+  // The live slot a handle names, or null. Call with `mutex` held.
+  RedOpSlot* redop(int handle) {
+    if (handle < ncclNumOps) return nullptr;
+    const auto v = static_cast<std::uint32_t>(handle - ncclNumOps);
+    const std::size_t index = v % kRedOpSlots;
+    if (index >= redops.size() || !redops[index].live || redops[index].generation != v / kRedOpSlots) return nullptr;
+    return &redops[index];
+  }
 
   // Buffers registered with ncclCommRegister / ncclCommWindowRegister (GPU communicators). The
   // datapath stages them like any buffer for now; registration records them so that deregistration

@@ -127,17 +127,17 @@ ncclResult_t check_id(const char* fn, const purlin::UniqueId& id) {
 // Frees everything of a comm. With `abort` every wait of its calls ends first; without, the calls
 // in flight are waited for.
 ncclResult_t teardown(ncclComm* comm, bool abort) {
-  unregister_comm(comm);  // no new call finds it from here on
+  unregister_comm(comm);  // no new use is taken from here on
   if (abort) {
     comm->abort_flag.store(true);
     if (comm->impl_ready.load(std::memory_order_acquire)) comm->impl->abort();
   }
+  wait_idle(comm);  // calls in flight, in any thread; they also start the background work
   join_background(comm);
   // A child whose creation runs on its parent's background thread settles when that ends.
   while (comm->async_error.load(std::memory_order_acquire) == ncclInProgress)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (abort && comm->impl) comm->impl->abort();
-  wait_idle(comm);
   for (auto* r : comm->registrations) delete r;
   delete comm;
   return ncclSuccess;
@@ -168,6 +168,10 @@ ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* con
   }
   auto work = [fn, parent, child, opt, make = std::move(make)]() -> ncclResult_t {
     InUse use(parent);
+    if (!use) {
+      if (child) child->async_error.store(ncclInvalidArgument, std::memory_order_release);
+      return fail(nullptr, ncclInvalidArgument, fmt::format("{}: the parent communicator was destroyed", fn));
+    }
     std::atomic<bool> own_abort{false};
     std::unique_ptr<snac::Communicator> made;
     Status s = make(opt, child ? &child->abort_flag : &own_abort, &made);
@@ -242,6 +246,14 @@ bool is_live(const ncclComm* comm) {
 bool is_live(const ncclComm* comm, std::uint64_t serial) {
   std::shared_lock g(g_registry_mutex);
   return registry().count(comm) != 0 && comm->magic == ncclComm::kMagic && comm->serial == serial;
+}
+
+bool acquire_use(ncclComm* comm, std::uint64_t serial) {
+  std::shared_lock g(g_registry_mutex);
+  if (registry().count(comm) == 0 || comm->magic != ncclComm::kMagic || (serial != 0 && comm->serial != serial))
+    return false;
+  comm->users.fetch_add(1, std::memory_order_acq_rel);
+  return true;
 }
 
 }  // namespace purlin::shim
@@ -319,6 +331,8 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* 
 
 NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
   const char* fn = "ncclCommSplit";
+  InUse use(comm);
+  if (!use) return check_comm(fn, comm);
   if (ncclResult_t r = ensure_ready(fn, comm); r != ncclSuccess) return r;
   if (newcomm == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
   *newcomm = nullptr;
@@ -334,7 +348,8 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
 NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
          ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
   const char* fn = "ncclCommShrink";
-  if (comm == nullptr || !is_live(comm)) return check_comm(fn, comm);
+  InUse use(comm);
+  if (!use) return check_comm(fn, comm);
   if (comm_state(comm) == ncclInProgress) return ensure_ready(fn, comm);
   if (newcomm == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommShrink: newcomm is NULL");
   *newcomm = nullptr;
@@ -364,6 +379,8 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   const char* fn = "ncclCommFinalize";
   if (comm == nullptr) return ncclSuccess;  // as NCCL
+  InUse use(comm);
+  if (!use) return check_comm(fn, comm);
   if (ncclResult_t r = ensure_ready(fn, comm); r != ncclSuccess) return r;
   if (comm->finalized.exchange(true))
     return fail(comm, ncclInvalidArgument, "ncclCommFinalize: the communicator was already finalized or revoked");
@@ -371,7 +388,7 @@ NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   // nothing is left to flush but the farewell; a non-blocking communicator answers in progress.
   return run_work(comm, [comm] {
     InUse use(comm);
-    comm->impl->finalize();
+    if (use) comm->impl->finalize();
     return ncclSuccess;
   });
 }
@@ -395,7 +412,8 @@ NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
 NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
   const char* fn = "ncclCommRevoke";
   if (comm == nullptr) return ncclSuccess;  // as NCCL
-  if (!is_live(comm)) return check_comm(fn, comm);
+  InUse use(comm);
+  if (!use) return check_comm(fn, comm);
   if (revokeFlags != NCCL_REVOKE_DEFAULT)
     return fail(comm, ncclInvalidArgument, fmt::format("{}: invalid flags {:#x}", fn, revokeFlags));
   if (comm->finalized.load())
@@ -407,8 +425,10 @@ NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
     return comm_state(comm) == ncclInProgress ? ncclInProgress : ncclSuccess;
   comm->impl->revoke();
   join_background(comm);  // non-blocking work in flight ends now
-  return run_work(comm, [comm] {
-    wait_idle(comm);
+  // Settled once the calls in flight have ended (a blocking revoke waits here, holding its own use).
+  const int own = comm->blocking ? 1 : 0;
+  return run_work(comm, [comm, own] {
+    wait_idle(comm, own);
     return ncclSuccess;
   });
 }

@@ -36,8 +36,8 @@ void join_background(ncclComm* comm) {
   if (comm->background.joinable()) comm->background.join();
 }
 
-void wait_idle(const ncclComm* comm) {
-  while (comm->users.load(std::memory_order_acquire) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+void wait_idle(const ncclComm* comm, int own) {
+  while (comm->users.load(std::memory_order_acquire) > own) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 ncclResult_t comm_state(const ncclComm* comm) {

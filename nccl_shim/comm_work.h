@@ -10,6 +10,7 @@
 
 #include <nccl.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -17,13 +18,19 @@
 
 namespace purlin::shim {
 
-// Counts one call using comm->impl for its lifetime.
+// One call's use of a communicator, counted for the call's lifetime. It is taken only while the
+// communicator is registered (and, with a serial, still the same one): teardown unregisters first
+// and then waits for the uses to end, so a call holding one never sees its comm freed. Test it:
+// a use that was not taken means the communicator is gone.
 class InUse {
  public:
-  explicit InUse(ncclComm* comm) : comm_(comm) { comm_->users.fetch_add(1, std::memory_order_acq_rel); }
-  ~InUse() { comm_->users.fetch_sub(1, std::memory_order_acq_rel); }
+  explicit InUse(ncclComm* comm, std::uint64_t serial = 0) : comm_(acquire_use(comm, serial) ? comm : nullptr) {}
+  ~InUse() {
+    if (comm_) comm_->users.fetch_sub(1, std::memory_order_acq_rel);
+  }
   InUse(const InUse&) = delete;
   InUse& operator=(const InUse&) = delete;
+  explicit operator bool() const { return comm_ != nullptr; }
 
  private:
   ncclComm* comm_;
@@ -42,8 +49,8 @@ ncclResult_t run_work(ncclComm* comm, std::function<ncclResult_t()> work, Settle
 // Waits for the background work to end; raise the abort or revoke first to make it end soon.
 void join_background(ncclComm* comm);
 
-// Waits until no call uses the communicator.
-void wait_idle(const ncclComm* comm);
+// Waits until no call uses the communicator but the `own` uses of the caller.
+void wait_idle(const ncclComm* comm, int own = 0);
 
 // ncclCommGetAsyncError's answer, from plain loads: ncclInProgress, an init failure, or the
 // failure the communicator found (a failed call, a dead peer, an error of the GPU datapath).

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/log.h"
+#include "nccl_shim/argcheck.h"
 #include "nccl_shim/comm_work.h"
 
 namespace purlin::shim {
@@ -34,19 +35,20 @@ Batch& batch_for(ncclComm* comm, cudaStream_t stream) {
   return tls_group.batches.back();
 }
 
-// A failure that breaks the communicator is recorded by it (ncclCommGetAsyncError reports it).
-ncclResult_t run_batch(const Batch& b) {
-  InUse use(b.comm);
-  Status s = b.comm->impl->execute(b.ops, b.p2p, b.stream);
-  if (s != Status::ok) return propagate(b.comm, s);
-  return ncclSuccess;
-}
-
 // A communicator destroyed or aborted between the call and the end of its group.
 ncclResult_t gone(const Batch& b) {
   return fail(nullptr, ncclInvalidUsage,
-              fmt::format("ncclGroupEnd: communicator {} was destroyed or aborted inside the group; its {} calls are "
-                          "dropped", static_cast<const void*>(b.comm), b.ops.size() + b.p2p.size()));
+              fmt::format("ncclGroupEnd: communicator {} was destroyed or aborted before its calls ran; its {} calls "
+                          "are dropped", static_cast<const void*>(b.comm), b.ops.size() + b.p2p.size()));
+}
+
+// A failure that breaks the communicator is recorded by it (ncclCommGetAsyncError reports it).
+ncclResult_t run_batch(const Batch& b) {
+  InUse use(b.comm, b.serial);
+  if (!use) return gone(b);
+  Status s = b.comm->impl->execute(b.ops, b.p2p, b.stream);
+  if (s != Status::ok) return propagate(b.comm, s);
+  return ncclSuccess;
 }
 
 ncclResult_t flush() {
@@ -59,12 +61,13 @@ ncclResult_t flush() {
   // Non-blocking communicators run their batch in the background; blocking ones run here.
   std::vector<const Batch*> now;
   for (Batch& b : batches) {
-    if (!is_live(b.comm, b.serial)) {
+    InUse use(b.comm, b.serial);  // held while this thread touches the comm
+    if (!use) {
       note(gone(b));
     } else if (b.comm->blocking) {
       now.push_back(&b);
     } else {
-      note(run_work(b.comm, [b = std::move(b)] { return run_batch(b); }));
+      note(run_work(b.comm, [b] { return run_batch(b); }));
     }
   }
   if (now.size() == 1) {
@@ -111,12 +114,20 @@ ncclResult_t group_simulate_end(float* us) {
 }
 
 ncclResult_t enqueue(ncclComm* comm, snac::Op op, cudaStream_t stream) {
-  batch_for(comm, stream).ops.push_back(std::move(op));
+  {
+    InUse use(comm);
+    if (!use) return check_comm("ncclGroupEnd", comm);  // destroyed by another thread meanwhile
+    batch_for(comm, stream).ops.push_back(std::move(op));
+  }
   return tls_group.depth == 0 ? flush() : ncclSuccess;
 }
 
 ncclResult_t enqueue_p2p(ncclComm* comm, const snac::PeerOp& p, cudaStream_t stream) {
-  batch_for(comm, stream).p2p.push_back(p);
+  {
+    InUse use(comm);
+    if (!use) return check_comm("ncclGroupEnd", comm);
+    batch_for(comm, stream).p2p.push_back(p);
+  }
   return tls_group.depth == 0 ? flush() : ncclSuccess;
 }
 

@@ -88,6 +88,9 @@ void register_comm(ncclComm* comm);
 void unregister_comm(ncclComm* comm);
 bool is_live(const ncclComm* comm);
 bool is_live(const ncclComm* comm, std::uint64_t serial);
+// Counts a use of `comm` (users) if it is live (and its serial is `serial`, when not 0), atomically
+// with the check; see InUse.
+bool acquire_use(ncclComm* comm, std::uint64_t serial);
 
 // Records `message` as the comm's (and the thread's) last error, logs WARN, returns `code`.
 ncclResult_t fail(ncclComm* comm, ncclResult_t code, const std::string& message);

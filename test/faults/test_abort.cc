@@ -44,6 +44,9 @@ namespace {
 constexpr double kAbortLimitS = 5;
 constexpr double kProcessLimitS = 60;
 constexpr double kBootstrapTimeoutS = 10;  // PURLIN_BOOTSTRAP_TIMEOUT for this test
+// A second thread acts at least this long after the first began its call, so that the call is
+// inside its wait (an abort that comes first is a use of a destroyed communicator instead).
+constexpr int kInsideMs = 50;
 
 // What a rank gets: its rank, the ids made by the parent, a delay drawn for this trial, and a
 // report that names the phase, trial and rank.
@@ -99,7 +102,7 @@ ncclResult_t interrupt(Env& e, const std::function<ncclResult_t()>& call, const 
                        const std::string& what) {
   std::atomic<double> acted_at{0};
   std::thread b([&] {
-    sleep_ms(e.delay_ms);
+    sleep_ms(kInsideMs + e.delay_ms);
     acted_at.store(now_s());
     act();
   });

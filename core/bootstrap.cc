@@ -31,6 +31,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -283,71 +284,90 @@ HelloGate::End HelloGate::run(Deadline deadline, AbortFlags abort, const Admit& 
 
 // Collects one hello per rank and answers each rank with the table of listening addresses.
 // Owns everything it touches, so it can outlive the call that started it.
+//
+// Hellos are grouped by the rank count they claim, and the first group to be complete is answered:
+// a hello that knows the secret but claims another count (stray or hostile) cannot make the real
+// ranks' hellos look wrong. Only a claim of a real rank's slot, made before that rank arrives, can
+// spoil a rendezvous; every rank then fails.
 struct RootService {
   Socket listener;
   Address address;
   std::uint64_t secret = 0;
-  std::uint32_t nranks = 0;  // 0: learned from the first valid hello
+  std::uint32_t nranks = 0;  // 0: any count; the first complete group decides
   Deadline deadline;
 
   void run(const std::atomic<bool>* stop);
 };
 
+// Rank counts claimed at once, and hellos held, beyond which hellos are refused.
+constexpr std::size_t kMaxRankCounts = 16;
+constexpr std::size_t kMaxCheckedIn = std::size_t(1) << 16;
+
 void RootService::run(const std::atomic<bool>* stop) {
   const std::string who = fmt::format("Bootstrap root {}", address.str());
-  std::vector<Socket> socks;
-  std::vector<WireAddr> table;
-  std::uint32_t met = 0;
-  if (nranks) {
-    socks.resize(nranks);
-    table.resize(nranks);
-  }
+  struct Member {
+    Socket sock;
+    WireAddr addr{};
+  };
+  std::map<std::uint32_t, std::map<std::uint32_t, Member>> groups;  // by rank count, then by rank
+  std::size_t checked_in = 0;
+  std::uint32_t complete = 0;  // the rank count of the first complete group
   auto admit = [&](const Hello& h, const std::uint8_t* addr, Socket& s, std::string* why) {
     if (h.nranks == 0 || h.nranks > kMaxRanks) { *why = fmt::format("bad rank count {}", h.nranks); return false; }
     if (h.rank >= h.nranks) { *why = fmt::format("rank {} out of range (nranks {})", h.rank, h.nranks); return false; }
     if (nranks && h.nranks != nranks) {
-      *why = fmt::format("rank {} says nranks {}, others {}", h.rank, h.nranks, nranks);
+      *why = fmt::format("rank {} says nranks {}, the id was made for {}", h.rank, h.nranks, nranks);
       return false;
     }
     Address listen;
     if (!Address::from_bytes(addr, h.addr_len, &listen)) { *why = "bad listening address"; return false; }
-    if (!nranks) {
-      nranks = h.nranks;
-      socks.resize(nranks);
-      table.resize(nranks);
+    auto group = groups.find(h.nranks);
+    if (group == groups.end()) {
+      if (groups.size() >= kMaxRankCounts) { *why = fmt::format("too many rank counts claimed ({})", groups.size()); return false; }
+      group = groups.emplace(h.nranks, std::map<std::uint32_t, Member>{}).first;
     }
-    if (socks[h.rank].valid()) { *why = fmt::format("duplicate rank {}", h.rank); return false; }
-    socks[h.rank] = std::move(s);
-    table[h.rank].len = h.addr_len;
-    std::memcpy(table[h.rank].bytes, addr, h.addr_len);
-    ++met;
-    log::trace(kLog, "{}: rank {} of {} checked in from {}", who, h.rank, nranks, listen.str());
+    if (group->second.count(h.rank)) { *why = fmt::format("duplicate rank {} (nranks {})", h.rank, h.nranks); return false; }
+    if (checked_in >= kMaxCheckedIn) { *why = "too many hellos held"; return false; }
+    Member m;
+    m.sock = std::move(s);
+    m.addr.len = h.addr_len;
+    std::memcpy(m.addr.bytes, addr, h.addr_len);
+    group->second.emplace(h.rank, std::move(m));
+    ++checked_in;
+    if (group->second.size() == h.nranks) complete = h.nranks;
+    log::trace(kLog, "{}: rank {} of {} checked in from {}", who, h.rank, h.nranks, listen.str());
     return true;
   };
   HelloGate gate(listener, secret, kHelloRoot, who);
-  HelloGate::End end = gate.run(deadline, AbortFlags(stop), admit, [&] { return nranks && met == nranks; });
+  HelloGate::End end = gate.run(deadline, AbortFlags(stop), admit, [&] { return complete != 0; });
   listener.close();
   if (end != HelloGate::End::done) {
     // At process exit (stop raised) nothing is logged: the logger may already be gone.
     if (end == HelloGate::End::timed_out) {
-      if (nranks) {
-        log::info(kLog, "{}: {} of {} ranks arrived before the deadline; giving up", who, met, nranks);
+      if (groups.size() == 1) {
+        log::info(kLog, "{}: {} of {} ranks arrived before the deadline; giving up", who,
+                  groups.begin()->second.size(), groups.begin()->first);
       } else {
-        log::info(kLog, "{}: no rank arrived before the deadline; giving up", who);
+        log::info(kLog, "{}: no complete set of ranks arrived before the deadline ({} rank counts claimed); giving up",
+                  who, groups.size());
       }
     }
     return;
   }
-  std::vector<std::uint8_t> answer(sizeof(std::uint64_t) + table.size() * sizeof(WireAddr));
-  std::uint64_t len = table.size() * sizeof(WireAddr);
+  std::map<std::uint32_t, Member>& members = groups[complete];
+  std::vector<std::uint8_t> answer(sizeof(std::uint64_t) + std::size_t(complete) * sizeof(WireAddr));
+  const std::uint64_t len = std::uint64_t(complete) * sizeof(WireAddr);
   std::memcpy(answer.data(), &len, sizeof(len));
-  std::memcpy(answer.data() + sizeof(len), table.data(), len);
+  for (auto& [rank, m] : members) std::memcpy(answer.data() + sizeof(len) + rank * sizeof(WireAddr), &m.addr, sizeof(WireAddr));
   int answered = 0;
-  for (std::uint32_t r = 0; r < nranks; ++r) {
-    if (!failed(net::send_all(socks[r], answer.data(), answer.size(), deadline, AbortFlags(stop)))) ++answered;
-    socks[r].close();
+  for (auto& [rank, m] : members) {
+    if (!failed(net::send_all(m.sock, answer.data(), answer.size(), deadline, AbortFlags(stop)))) ++answered;
+    m.sock.close();
   }
-  log::info(kLog, "{}: all {} ranks met; answered {}", who, nranks, answered);
+  if (groups.size() > 1) {
+    log::info(kLog, "{}: dropped {} hellos that claimed another rank count", who, checked_in - members.size());
+  }
+  log::info(kLog, "{}: all {} ranks met; answered {}", who, complete, answered);
 }
 
 // Root services run on threads owned here. At process exit every one still running is told to

@@ -274,9 +274,13 @@ class Attacker {
     const std::uint32_t kind = t.root ? kRoot : kMesh;
     const std::uint32_t n = static_cast<std::uint32_t>(n_);
     const int kinds = mode_ == Mode::junk ? 4 : 9;
-    // Hijack: the first connection to the root claims rank 0's slot, long before rank 0 arrives.
+    // The first connection to the root comes before any rank: in hijack mode it claims rank 0's
+    // slot; in secret mode it claims another rank count (the real ranks must not be refused).
     const bool first_at_root = t.root && opened_ == 1;
-    switch (mode_ == Mode::hijack && first_at_root ? 7 : rng_() % kinds) {
+    int choice = static_cast<int>(rng_() % kinds);
+    if (first_at_root && mode_ == Mode::hijack) choice = 7;
+    if (first_at_root && mode_ == Mode::secret) choice = 9;
+    switch (choice) {
       case 0:  // empty
         break;
       case 1: {  // 7 bytes
@@ -306,8 +310,9 @@ class Attacker {
         send_quietly(fd, h.data(), h.size());
         break;
       }
-      case 6: {  // the secret, a rank out of range or a wrong rank count
-        const bool count = rng_() % 2;
+      case 6:    // the secret, a rank out of range or a wrong rank count
+      case 9: {  // the secret, a wrong rank count
+        const bool count = choice == 9 || rng_() % 2;
         auto h = hello(id_.secret, kind, count ? 1 : n + static_cast<std::uint32_t>(rng_() % 100), count ? n + 5 : n,
                        t.root ? sizeof(sockaddr_in) : 0, t.root ? sizeof(sockaddr_in) : 0);
         send_quietly(fd, h.data(), h.size());
@@ -370,6 +375,7 @@ int rank_main(const Options& o, const ncclUniqueId& id, int rank, Board* board, 
   } else {
     const char* last = ncclGetLastError(nullptr);
     report.check(last && *last, "ncclGetLastError is empty after a failed init");
+    std::printf("  rank %d: init failed after %.1f s with %s: %s\n", rank, now_s() - t0, name_of(r), last ? last : "");
   }
   board->took[rank].store(now_s() - t0);
   board->code[rank].store(r);

@@ -110,14 +110,16 @@ Communicator::~Communicator() {
 }
 
 void Communicator::watch() {
-  ExitGuard& guard = exit_guard();
+  // Copies: the guard object itself is gone once the process exits.
+  std::shared_mutex* const exit_mu = exit_guard().mu;
+  const bool* const exiting = exit_guard().exiting;
   std::unique_lock<std::mutex> l(watch_mu_);
   for (;;) {
     watch_cv_.wait_for(l, std::chrono::milliseconds(kWatchPeriodMs), [this] { return watch_stop_; });
     if (watch_stop_) return;
     if (aborted_.load() || failure_.load() != 0) continue;  // nothing left to find
-    std::shared_lock<std::shared_mutex> alive(*guard.mu);
-    if (*guard.exiting) continue;
+    std::shared_lock<std::shared_mutex> alive(*exit_mu);
+    if (*exiting) continue;
     const int dead = bootstrap_->failed_peer();
     if (dead >= 0) {
       // Not logged here: the calls that fail because of it report it on their own threads.

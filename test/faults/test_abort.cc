@@ -6,6 +6,8 @@
 // Phases (--only):
 //   init        a rank never arrives: non-blocking init, then ncclCommAbort; once per run also a
 //               blocking init that runs into PURLIN_BOOTSTRAP_TIMEOUT
+//   init-death  a rank is killed at a random moment of its init: the others fail (in the
+//               rendezvous only at PURLIN_BOOTSTRAP_TIMEOUT), nothing is left (20 trials at most)
 //   split       one rank never splits: its peers' split ends by a second thread's abort of the
 //               parent, or by that rank's own abort (the connection's loss)
 //   collective  one rank never joins an AllReduce: a second thread aborts while the first waits in
@@ -145,6 +147,42 @@ int phase_init_blocking(Env& e) {
   e.report.check(comm == nullptr, "a failed blocking init left a communicator");
   e.report.check(s <= kBootstrapTimeoutS + 5, "blocking init without a rank took " + std::to_string(s) + " s");
   base.check(e.report);
+  return e.report.exit_code();
+}
+
+// The last rank is killed (SIGKILL) at a random moment of its init, or just after; the others
+// must fail with ncclRemoteError, in init or in the AllReduce that follows, and leave nothing
+// behind: a rank killed between creating its shared-memory window and the unlink after the
+// exchange leaves the name to the survivors.
+int phase_init_death(Env& e) {
+  cudaStream_t stream = make_stream(e.o.gpu);
+  const Baseline base;
+  const int last = e.nranks - 1;
+  if (e.rank == last) {
+    const int after_us = static_cast<int>(e.salt % 30000);
+    std::thread([after_us] {
+      std::this_thread::sleep_for(std::chrono::microseconds(after_us));
+      ::raise(SIGKILL);
+    }).detach();
+  }
+  ncclComm_t comm = nullptr;
+  const double started = now_s();
+  ncclResult_t r = ncclCommInitRank(&comm, e.nranks, e.ids[0], e.rank);
+  if (r == ncclSuccess) {
+    const double until = now_s() + kProcessLimitS / 2;
+    while (r == ncclSuccess && now_s() < until)
+      r = checked_allreduce(e.o.gpu, comm, stream, e.rank, e.nranks, 1000, e.salt, e.report, "AllReduce", false);
+    e.report.expect(r, ncclRemoteError, "the first call to fail after the peer's death", comm);
+    abort_in_time(e, comm, "ncclCommAbort after the peer's death");
+  } else {
+    e.report.check(r == ncclRemoteError || r == ncclSystemError,
+                   std::string("ncclCommInitRank with a peer killed during it returned ") + name_of(r));
+    e.report.check(now_s() - started <= kBootstrapTimeoutS + 5,
+                   "the failed init took " + std::to_string(now_s() - started) + " s");
+    e.report.check(comm == nullptr, "a failed init left a communicator");
+  }
+  base.check(e.report);
+  destroy_stream(e.o.gpu, stream);
   return e.report.exit_code();
 }
 
@@ -488,6 +526,8 @@ int main(int argc, char** argv) {
     ran += trials;
   };
   for (const Phase& p : phases) run(p, o.trials);
+  // A kill inside the rendezvous costs the survivors PURLIN_BOOTSTRAP_TIMEOUT: at most 20 trials.
+  run({"init-death", 0, 1, o.ranks - 1, [](Env& e, int) { return phase_init_death(e); }}, std::min(o.trials, 20));
   // A rank that dies on every trial (SIGKILL) and one that hangs, alternately.
   run({"shrink", 0, 1, o.ranks - 1, [](Env& e, int t) { return phase_shrink(e, t % 2 == 0); }}, o.trials);
   // One blocking init against the bootstrap timeout per run: it takes kBootstrapTimeoutS.

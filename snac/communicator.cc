@@ -162,7 +162,9 @@ std::string Communicator::failure_reason() const {
 }
 
 Status Communicator::refusal() const {
-  if (revoked_.load()) return fail(Status::invalid_usage, "the communicator was revoked (ncclCommRevoke)");
+  if (revoked_.load())
+    return fail(Status::invalid_usage,
+                "the communicator's collectives were stopped (ncclCommRevoke, or ncclCommShrink with NCCL_SHRINK_ABORT)");
   if (int f = failure_.load(std::memory_order_acquire); f != 0)
     return fail(static_cast<Status>(f), "the communicator failed: " + failure_reason());
   if (aborted_.load()) return fail(Status::remote_error, "the communicator was aborted");

@@ -13,4 +13,30 @@ struct alignas(16) Packet {
 };
 static_assert(sizeof(Packet) == 16);
 
+// Messages handled together by the batched operations (push_each, pull_each, pull_reduce): at most
+// one per peer of a communicator.
+inline constexpr int kMaxBatch = 64;
+
+// One message of packets to push: `bytes` from `src` into the packet buffer `dst`, epoch `q`.
+struct PacketPush {
+  Packet* dst;
+  const char* src;
+  std::uint64_t bytes;
+  std::uint64_t q;
+};
+
+// One message of packets to receive: wait for epoch `q` in `src`, write `bytes` to `dst`.
+struct PacketPull {
+  char* dst;
+  const Packet* src;
+  std::uint64_t bytes;
+  std::uint64_t q;
+};
+
+// One source of a reduction read straight from packets.
+struct PacketSource {
+  const Packet* src;
+  std::uint64_t q;
+};
+
 }  // namespace purlin::atom

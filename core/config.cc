@@ -1,5 +1,6 @@
 #include "core/config.h"
 
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -35,6 +36,29 @@ std::uint64_t bytes_or(const char* name, const std::string& text) {
   return *v;
 }
 
+struct FallbackName {
+  const char* name;
+  std::uint32_t bit;
+};
+// In bit order; fallback_names() prints the first name of each bit.
+constexpr FallbackName kFallbackNames[] = {
+    {"allreduce", fallback_op::all_reduce},
+    {"broadcast", fallback_op::broadcast},
+    {"bcast", fallback_op::broadcast},
+    {"reduce", fallback_op::reduce},
+    {"allgather", fallback_op::all_gather},
+    {"reducescatter", fallback_op::reduce_scatter},
+    {"alltoall", fallback_op::all_to_all},
+    {"gather", fallback_op::gather},
+    {"scatter", fallback_op::scatter},
+    {"sendrecv", fallback_op::send_recv},
+    {"send", fallback_op::send_recv},
+    {"recv", fallback_op::send_recv},
+    {"allgatherv", fallback_op::all_gather_v},
+    {"reducescatterv", fallback_op::reduce_scatter_v},
+    {"alltoallv", fallback_op::all_to_all_v},
+};
+
 Config read_config() {
   Config c;
   c.debug = env("NCCL_DEBUG");
@@ -54,11 +78,23 @@ Config read_config() {
   c.timeout_s = parse_seconds("PURLIN_TIMEOUT", env("PURLIN_TIMEOUT"), c.timeout_s);
   c.bootstrap_timeout_s = parse_seconds("PURLIN_BOOTSTRAP_TIMEOUT", env("PURLIN_BOOTSTRAP_TIMEOUT"), c.bootstrap_timeout_s);
   c.host_id = env("PURLIN_HOST_ID");
+  c.nccl_library = env("PURLIN_NCCL_LIBRARY");
+  std::string fallback = env("PURLIN_FALLBACK");
+  if (!fallback.empty()) {
+    std::string bad;
+    if (auto ops = parse_fallback(fallback, &bad)) c.fallback_ops = *ops;
+    else log::warn("PURLIN_FALLBACK={}: '{}' is not an operation (allreduce, ..., sendrecv, all, none); ignored", fallback, bad);
+  }
   c.chunk_bytes = bytes_or("PURLIN_CHUNK_BYTES", env("PURLIN_CHUNK_BYTES"));
   c.staging_bytes = bytes_or("PURLIN_STAGING_BYTES", env("PURLIN_STAGING_BYTES"));
   std::string lat = env("PURLIN_LATENCY_MAX_BYTES");
   if (lat == "none" || lat == "0") c.latency_disabled = true;
   else c.latency_max_bytes = bytes_or("PURLIN_LATENCY_MAX_BYTES", lat);
+  std::string direct = env("PURLIN_DIRECT_MAX_BYTES");
+  if (direct == "none" || direct == "0") c.direct_disabled = true;
+  else c.direct_max_bytes = bytes_or("PURLIN_DIRECT_MAX_BYTES", direct);
+  c.channel_bytes = bytes_or("PURLIN_CHANNEL_BYTES", env("PURLIN_CHANNEL_BYTES"));
+  c.pdl_disabled = env("PURLIN_PDL") == "0";
   std::string slots = env("PURLIN_SLOTS");
   if (!slots.empty()) {
     int s = std::atoi(slots.c_str());
@@ -84,15 +120,64 @@ void log_config(const Config& c) {
   if (!c.comm_id.empty()) log::info(log::kEnv, "NCCL_COMM_ID set by environment to {}", c.comm_id);
   if (!c.socket_ifname.empty()) log::info(log::kEnv, "NCCL_SOCKET_IFNAME set by environment to {}", c.socket_ifname);
   if (!c.host_id.empty()) log::info(log::kEnv, "PURLIN_HOST_ID set by environment to {}", c.host_id);
+  if (!c.nccl_library.empty()) log::info(log::kEnv, "PURLIN_NCCL_LIBRARY set by environment to {}", c.nccl_library);
+  if (c.fallback_ops)
+    log::info(log::kEnv, "PURLIN_FALLBACK: {} forwarded to NCCL on every communicator", fallback_names(c.fallback_ops));
   if (c.chunk_bytes) log::info(log::kEnv, "PURLIN_CHUNK_BYTES set by environment to {}", c.chunk_bytes);
   if (c.staging_bytes) log::info(log::kEnv, "PURLIN_STAGING_BYTES set by environment to {}", c.staging_bytes);
   if (c.latency_disabled) log::info(log::kEnv, "PURLIN_LATENCY_MAX_BYTES=none: latency path disabled");
   else if (c.latency_max_bytes) log::info(log::kEnv, "PURLIN_LATENCY_MAX_BYTES set by environment to {}", c.latency_max_bytes);
+  if (c.direct_disabled) log::info(log::kEnv, "PURLIN_DIRECT_MAX_BYTES=none: AllReduce always composed");
+  else if (c.direct_max_bytes) log::info(log::kEnv, "PURLIN_DIRECT_MAX_BYTES set by environment to {}", c.direct_max_bytes);
+  if (c.channel_bytes) log::info(log::kEnv, "PURLIN_CHANNEL_BYTES set by environment to {}", c.channel_bytes);
+  if (c.pdl_disabled) log::info(log::kEnv, "PURLIN_PDL=0: kernels launch without programmatic dependent launch");
   if (c.slots) log::info(log::kEnv, "PURLIN_SLOTS set by environment to {}", c.slots);
   if (c.channels) log::info(log::kEnv, "PURLIN_CHANNELS set by environment to {}", c.channels);
 }
 
 }  // namespace
+
+std::optional<std::uint32_t> parse_fallback(const std::string& text, std::string* bad) {
+  std::uint32_t ops = 0;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    std::string item;
+    for (char ch : text.substr(start, end - start))
+      if (ch != ' ' && ch != '_' && ch != '-') item += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    start = end + 1;
+    if (item.empty()) continue;
+    if (item == "all") {
+      ops |= fallback_op::all;
+      continue;
+    }
+    if (item == "none") continue;
+    std::uint32_t bit = 0;
+    for (const FallbackName& f : kFallbackNames)
+      if (item == f.name) bit = f.bit;
+    if (bit == 0) {
+      if (bad) *bad = item;
+      return std::nullopt;
+    }
+    ops |= bit;
+  }
+  return ops;
+}
+
+std::string fallback_names(std::uint32_t ops) {
+  if (ops == 0) return "none";
+  if ((ops & fallback_op::all) == fallback_op::all) return "all";
+  std::string out;
+  std::uint32_t seen = 0;
+  for (const FallbackName& f : kFallbackNames) {
+    if (!(ops & f.bit) || (seen & f.bit)) continue;
+    seen |= f.bit;
+    if (!out.empty()) out += ',';
+    out += f.name;
+  }
+  return out;
+}
 
 std::optional<std::uint64_t> parse_bytes(const std::string& text) {
   if (text.empty()) return std::nullopt;

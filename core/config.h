@@ -10,6 +10,24 @@ namespace purlin {
 
 enum class DatapathChoice { automatic, sm, ce, host };
 
+// The operations PURLIN_FALLBACK can forward to the real NCCL, as bits of Config::fallback_ops. Bit k
+// is the k-th operation of snac::CollKind (the shim checks that the orders agree).
+namespace fallback_op {
+inline constexpr std::uint32_t all_reduce = 1u << 0;
+inline constexpr std::uint32_t broadcast = 1u << 1;
+inline constexpr std::uint32_t reduce = 1u << 2;
+inline constexpr std::uint32_t all_gather = 1u << 3;
+inline constexpr std::uint32_t reduce_scatter = 1u << 4;
+inline constexpr std::uint32_t all_to_all = 1u << 5;
+inline constexpr std::uint32_t gather = 1u << 6;
+inline constexpr std::uint32_t scatter = 1u << 7;
+inline constexpr std::uint32_t send_recv = 1u << 8;
+inline constexpr std::uint32_t all_gather_v = 1u << 9;
+inline constexpr std::uint32_t reduce_scatter_v = 1u << 10;
+inline constexpr std::uint32_t all_to_all_v = 1u << 11;
+inline constexpr std::uint32_t all = (1u << 12) - 1;
+}  // namespace fallback_op
+
 struct Config {
   // NCCL's variables users already set.
   std::string debug;             // NCCL_DEBUG
@@ -25,6 +43,8 @@ struct Config {
   double timeout_s = 300.0;                             // PURLIN_TIMEOUT: any wait longer than this fails
   double bootstrap_timeout_s = 120.0;                   // PURLIN_BOOTSTRAP_TIMEOUT: init rendezvous
   std::string host_id;                                  // PURLIN_HOST_ID: overrides host identity (tests)
+  std::string nccl_library;                             // PURLIN_NCCL_LIBRARY: the real NCCL to load
+  std::uint32_t fallback_ops = 0;                       // PURLIN_FALLBACK: fallback_op bits forwarded to it
   // Policy overrides (0 / empty: use the policy table). See snac/policy.h.
   std::uint64_t chunk_bytes = 0;       // PURLIN_CHUNK_BYTES
   std::uint64_t staging_bytes = 0;     // PURLIN_STAGING_BYTES
@@ -32,10 +52,23 @@ struct Config {
   int slots = 0;                       // PURLIN_SLOTS
   int channels = 0;                    // PURLIN_CHANNELS: CTAs per role on the SM datapath
   bool latency_disabled = false;       // PURLIN_LATENCY_MAX_BYTES=none forces the throughput path
+  std::uint64_t direct_max_bytes = 0;  // PURLIN_DIRECT_MAX_BYTES: AllReduce as one direct reduce up to this
+  bool direct_disabled = false;        // PURLIN_DIRECT_MAX_BYTES=none: always ReduceScatter + AllGather
+  std::uint64_t channel_bytes = 0;     // PURLIN_CHANNEL_BYTES: bytes of a call per SM channel
+  bool pdl_disabled = false;           // PURLIN_PDL=0: no programmatic dependent launch
 };
 
 // The process-wide configuration, read on first use.
 const Config& config();
+
+// Parses PURLIN_FALLBACK: `all`, `none`, or a comma-separated list of operation names, case
+// insensitive, as NCCL's functions are named without the prefix (allreduce, broadcast, reduce,
+// allgather, reducescatter, alltoall, gather, scatter, send, recv; the V collectives of purlin.h as
+// allgatherv, reducescatterv, alltoallv). `send` and `recv` both name Send/Recv: the two ends of a
+// transfer go the same way. Returns nullopt and the offending name in *bad on an unknown name.
+std::optional<std::uint32_t> parse_fallback(const std::string& text, std::string* bad);
+// "allreduce,sendrecv" for a set of fallback_op bits ("none" for none, "all" for all).
+std::string fallback_names(std::uint32_t ops);
 
 // Parses a byte size with an optional K/M/G suffix (binary). Returns nullopt on bad input.
 std::optional<std::uint64_t> parse_bytes(const std::string& text);

@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "nccl_shim/argcheck.h"
 #include "nccl_shim/comm_work.h"
+#include "nccl_shim/fallback.h"
 #include "nccl_shim/shim.h"
 
 namespace purlin::shim {
@@ -75,8 +76,9 @@ ncclResult_t init_work(ncclComm* comm, const purlin::UniqueId& id, int rank, int
   opt.device = comm->device;
   log::set_thread_device(comm->device);
   Status s = snac::Communicator::create(id, rank, nranks, opt, &comm->abort_flag, &comm->impl);
+  if (s == Status::ok) s = Fallback::attach(comm, &comm->fallback);
   if (s != Status::ok) return propagate(comm, s);
-  comm->impl_ready.store(true, std::memory_order_release);
+  comm->impl_ready.store(true, std::memory_order_release);  // impl and fallback are set
   if (comm->revoked.load()) comm->impl->revoke();  // revoked while it was being created
   return ncclSuccess;
 }
@@ -130,14 +132,20 @@ ncclResult_t teardown(ncclComm* comm, bool abort) {
   unregister_comm(comm);  // no new use is taken from here on
   if (abort) {
     comm->abort_flag.store(true);
-    if (comm->impl_ready.load(std::memory_order_acquire)) comm->impl->abort();
+    if (comm->impl_ready.load(std::memory_order_acquire)) {
+      if (comm->fallback) comm->fallback->abort();
+      comm->impl->abort();
+    }
   }
   wait_idle(comm);  // calls in flight, in any thread; they also start the background work
   join_background(comm);
   // A child whose creation runs on its parent's background thread settles when that ends.
   while (comm->async_error.load(std::memory_order_acquire) == ncclInProgress)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  if (abort && comm->impl) comm->impl->abort();
+  if (abort) {
+    if (comm->fallback) comm->fallback->abort();
+    if (comm->impl) comm->impl->abort();
+  }
   for (auto* r : comm->registrations) delete r;
   delete comm;
   return ncclSuccess;
@@ -182,10 +190,11 @@ ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* con
         child->rank = made->rank();
         child->nranks = made->nranks();
         child->impl = std::move(made);
-        child->impl_ready.store(true, std::memory_order_release);
-      } else {
-        propagate(child, s);
+        s = Fallback::attach(child, &child->fallback);
+        if (s == Status::ok) child->impl_ready.store(true, std::memory_order_release);
+        else r = propagate(parent, s);
       }
+      if (r != ncclSuccess) propagate(child, s);
       child->async_error.store(r, std::memory_order_release);  // the last touch of the child here
     }
     return r;

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "nccl_shim/fallback.h"
+
 namespace purlin::shim {
 namespace {
 
@@ -46,6 +48,9 @@ ncclResult_t comm_state(const ncclComm* comm) {
   // impl is written before impl_ready is raised and never changes afterwards.
   if (comm->impl_ready.load(std::memory_order_acquire)) {
     if (Status s = comm->impl->async_status(); s != Status::ok) return to_nccl(s);
+    if (comm->fallback) {
+      if (Status s = comm->fallback->async_status(); s != Status::ok) return to_nccl(s);
+    }
   }
   return ncclSuccess;
 }

@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "nccl_shim/argcheck.h"
 #include "nccl_shim/comm_work.h"
+#include "nccl_shim/fallback.h"
 
 namespace purlin::shim {
 namespace {
@@ -42,12 +43,17 @@ ncclResult_t gone(const Batch& b) {
                           "are dropped", static_cast<const void*>(b.comm), b.ops.size() + b.p2p.size()));
 }
 
-// A failure that breaks the communicator is recorded by it (ncclCommGetAsyncError reports it).
 ncclResult_t run_batch(const Batch& b) {
   InUse use(b.comm, b.serial);
   if (!use) return gone(b);
-  Status s = b.comm->impl->execute(b.ops, b.p2p, b.stream);
-  if (s != Status::ok) return propagate(b.comm, s);
+  Status s = b.comm->fallback ? b.comm->fallback->execute(b.ops, b.p2p, b.stream)
+                              : b.comm->impl->execute(b.ops, b.p2p, b.stream);
+  if (s != Status::ok) {
+    // A call refused for its arguments leaves the communicator usable, as NCCL's do; anything else
+    // (a peer lost, a timeout, an internal failure) puts it in the error state.
+    if (s != Status::invalid_argument && s != Status::invalid_usage) b.comm->async_error.store(static_cast<int>(s));
+    return propagate(b.comm, s);
+  }
   return ncclSuccess;
 }
 

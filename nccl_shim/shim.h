@@ -17,6 +17,10 @@
 #include "core/types.h"
 #include "snac/communicator.h"
 
+namespace purlin::shim {
+class Fallback;  // nccl_shim/fallback.h
+}
+
 // Defines pnccl<name> and exports nccl<name> as a weak alias of it, as NCCL does.
 #define NCCL_API(ret, name, ...)                                                                  \
   extern "C" __attribute__((visibility("default"))) ret p##name(__VA_ARGS__);                     \
@@ -76,6 +80,11 @@ struct ncclComm {
     int flags;
   };
   std::vector<Registration*> registrations;
+
+  // The real NCCL's part (nccl_shim/fallback.h), when the ranks span hosts or PURLIN_FALLBACK is
+  // set; null otherwise. Declared last so that it is destroyed first, before `impl`, whose
+  // bootstrap it uses.
+  std::unique_ptr<purlin::shim::Fallback> fallback;
 };
 
 namespace purlin::shim {

@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/topology.h"
 #include "core/cuda_probe.h"
+#include "snac/window.h"
 
 namespace purlin::snac {
 namespace {
@@ -69,11 +70,21 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Opti
          gpu_identity(options.device), getpid()};
   std::vector<Hello> all(static_cast<std::size_t>(nranks));
   PURLIN_TRY(comm->bootstrap_->all_gather(&mine, sizeof(Hello), all.data()));
-  for (int r = 0; r < nranks; ++r)
-    if (all[r].host != all[0].host)
-      return fail(Status::invalid_usage,
-                  fmt::format("ranks 0 and {} are on different hosts; a communicator across hosts needs the "
-                              "NCCL fallback, which this build does not offer yet", r));
+  std::vector<std::uint64_t> hosts(static_cast<std::size_t>(nranks));
+  for (int r = 0; r < nranks; ++r) hosts[r] = all[r].host;
+  comm->layout_ = HostLayout::from_ids(hosts);
+  if (comm->layout_.hosts() > 1) comm->declined_ = fmt::format("the ranks span {} hosts", comm->layout_.hosts());
+  else if (nranks > kMaxRanks)
+    comm->declined_ = fmt::format("Purlin serves at most {} ranks on one host (asked for {})", kMaxRanks, nranks);
+  if (!comm->declined_.empty()) {
+    // No datapath: the bootstrap and the layout serve the caller's hand-over to NCCL.
+    comm->policy_ = policy_for(DatapathKind::host, nranks, 1, 0);
+    PURLIN_TRY(comm->bootstrap_->barrier());
+    PURLIN_TRY(comm->start_watching());
+    log::info(log::kInit, "comm rank {} nranks {}: no Purlin datapath ({})", rank, nranks, comm->declined_);
+    *out = std::move(comm);
+    return Status::ok;
+  }
 
   ExecutorArgs args;
   args.bootstrap = comm->bootstrap_.get();
@@ -83,7 +94,9 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Opti
   if (options.device >= 0) {
     int sharing = 0;  // ranks on this rank's GPU, this one included
     for (int r = 0; r < nranks; ++r) sharing += all[r].gpu == mine.gpu ? 1 : 0;
-    args.policy = policy_for(DatapathKind::sm, nranks, sharing, gpu_sm_count(options.device));
+    args.one_gpu = sharing == nranks;
+    args.policy = policy_for(DatapathKind::sm, nranks, sharing, gpu_sm_count(options.device),
+                             sm_resident_ctas_per_sm(options.device));
     comm->policy_ = args.policy;
     PURLIN_TRY(make_sm_executor(args, &comm->executor_));
   } else {
@@ -92,12 +105,7 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Opti
     PURLIN_TRY(make_host_executor(args, &comm->executor_));
   }
   PURLIN_TRY(comm->bootstrap_->barrier());
-  exit_guard();
-  try {
-    comm->watcher_ = std::thread([c = comm.get()] { c->watch(); });
-  } catch (const std::system_error& e) {
-    return fail(Status::system_error, fmt::format("cannot start the communicator's watcher thread: {}", e.what()));
-  }
+  PURLIN_TRY(comm->start_watching());
   log::info(log::kInit, "comm rank {} nranks {} datapath {} ready", rank, nranks, comm->executor_->datapath());
   *out = std::move(comm);
   return Status::ok;
@@ -107,6 +115,16 @@ Communicator::~Communicator() {
   stop_watching();
   // Tells the peers that the connection closing next is an orderly departure, not a death.
   if (bootstrap_ && !aborted_.load()) bootstrap_->leave();
+}
+
+Status Communicator::start_watching() {
+  exit_guard();
+  try {
+    watcher_ = std::thread([this] { watch(); });
+  } catch (const std::system_error& e) {
+    return fail(Status::system_error, fmt::format("cannot start the communicator's watcher thread: {}", e.what()));
+  }
+  return Status::ok;
 }
 
 void Communicator::watch() {
@@ -171,6 +189,12 @@ Status Communicator::refusal() const {
   return Status::ok;
 }
 
+std::string Communicator::supports(const Op& op) const {
+  if (!executor_) return declined_;
+  std::string why;
+  return executor_->supports(op, &why) ? std::string() : why;
+}
+
 void Communicator::abort() {
   aborted_.store(true);
   {
@@ -203,8 +227,30 @@ void Communicator::revoke() {
   if (executor_) executor_->abort();
 }
 
+namespace {
+
+// The form a collective runs in. An AllReduce small enough for the policy's direct bound runs as one
+// reduce of every rank's whole input (coll::AllReduceDirect), which needs one exchange instead of
+// two; both forms fold in rank order, so the result is the same bits.
+Op plan(const Op& op, const Policy& policy) {
+  if (op.kind != CollKind::all_reduce || op.in.empty() || op.out.empty()) return op;
+  std::uint64_t total = 0;
+  for (const Part& p : op.out) total += p.bytes;
+  if (total == 0 || total > policy.direct_max_bytes) return op;
+  Op direct;
+  direct.kind = CollKind::all_reduce_direct;
+  direct.type = op.type;
+  direct.op = op.op;
+  direct.in = {Part{op.in.front().ptr, total}};
+  direct.out = {Part{op.out.front().ptr, total}};
+  return direct;
+}
+
+}  // namespace
+
 Status Communicator::execute(const std::vector<Op>& ops, const std::vector<PeerOp>& p2p, void* stream) {
   PURLIN_TRY(refusal());
+  if (!executor_) return fail(Status::invalid_usage, fmt::format("no Purlin datapath serves this communicator: {}", declined_));
   // A failed call leaves the protocol state inconsistent across ranks: the communicator is broken.
   // A call that revoke() or a dead peer stopped says why.
   auto failed_with = [this](Status s) {
@@ -213,7 +259,7 @@ Status Communicator::execute(const std::vector<Op>& ops, const std::vector<PeerO
     return s;
   };
   for (const Op& op : ops) {
-    Status s = executor_->execute(op, stream);
+    Status s = executor_->execute(plan(op, policy_), stream);
     if (s != Status::ok) return failed_with(s);
   }
   if (p2p.empty()) return Status::ok;

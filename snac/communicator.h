@@ -19,6 +19,7 @@
 #include "core/bootstrap.h"
 #include "core/status.h"
 #include "snac/executor.h"
+#include "snac/hosts.h"
 #include "snac/op.h"
 
 namespace purlin::snac {
@@ -38,7 +39,9 @@ class Communicator {
   };
   const Policy& policy() const { return policy_; }
 
-  // Joins the ranks of `id` and builds the datapath. Blocking.
+  // Joins the ranks of `id` and builds the datapath. Blocking. Where Purlin cannot serve the ranks
+  // (they span hosts, or no datapath takes them) the communicator is made without a datapath and
+  // native() says why; the caller hands its work to the real NCCL.
   static Status create(const UniqueId& id, int rank, int nranks, const Options& options,
                        const std::atomic<bool>* abort, std::unique_ptr<Communicator>* out);
   ~Communicator();
@@ -46,9 +49,16 @@ class Communicator {
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
   int device() const { return device_; }
-  const char* datapath() const { return executor_->datapath(); }
-  std::string last_plan() const { return executor_->last_plan(); }
+  const char* datapath() const { return executor_ ? executor_->datapath() : "none"; }
+  std::string last_plan() const { return executor_ ? executor_->last_plan() : std::string(); }
   Bootstrap& bootstrap() { return *bootstrap_; }
+  // Which host each rank is on.
+  const HostLayout& layout() const { return layout_; }
+  // Whether Purlin's datapath serves these ranks; if not, `declined` says why.
+  bool native() const { return executor_ != nullptr; }
+  const std::string& declined() const { return declined_; }
+  // Empty when the datapath serves `op`, else why not (the same answer on every rank).
+  std::string supports(const Op& op) const;
 
   // Runs the collectives of a group in order, then its sends and receives fused into rounds (the
   // k-th send to a peer meets that peer's k-th receive from us).
@@ -71,7 +81,7 @@ class Communicator {
   void finalize();
   // A failure found outside any call: a dead peer (the watcher) or an error of the datapath after
   // a call returned (GPU). Plain loads; never blocks.
-  Status async_status() const;
+  Status async_status() const;  // (no datapath: the failures the watcher found)
   // The message that goes with a failure async_status() reports.
   std::string failure_reason() const;
 
@@ -94,6 +104,7 @@ class Communicator {
   Status create_child(const UniqueId& id, int rank, int nranks, const Options& options, std::atomic<bool>* abort,
                       std::unique_ptr<Communicator>* out);
   // The watcher: checks the peers until stop_watching(); records a dead peer as the failure.
+  Status start_watching();
   void watch();
   void stop_watching();
   // Records the first failure and ends the datapath's waits; `report` also logs it and makes it the
@@ -109,6 +120,8 @@ class Communicator {
   int device_ = -1;
   std::unique_ptr<Bootstrap> bootstrap_;
   std::unique_ptr<Executor> executor_;
+  HostLayout layout_;
+  std::string declined_;
   Policy policy_;
   std::atomic<bool> aborted_{false};  // abort(): everything stops, children being created too
   std::atomic<bool> revoked_{false};  // revoke(): collectives stop, the bootstrap goes on

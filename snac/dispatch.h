@@ -31,6 +31,7 @@ auto dispatch(CollKind kind, F&& f) {
     case CollKind::all_gather_v: return f.template operator()<coll::AllGatherV>();
     case CollKind::reduce_scatter_v: return f.template operator()<coll::ReduceScatterV>();
     case CollKind::all_to_all_v: return f.template operator()<coll::AllToAllV>();
+    case CollKind::all_reduce_direct: return f.template operator()<coll::AllReduceDirect>();
   }
   return f.template operator()<coll::AllReduce>();
 }

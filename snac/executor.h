@@ -24,6 +24,13 @@ class Executor {
   virtual std::string last_plan() const = 0;
   // An error a datapath found after the call returned (a kernel that timed out or was aborted).
   virtual Status async_status() const { return Status::ok; }
+  // Whether this datapath serves `op`; if not, *why says so (logged at INFO as the operation is
+  // handed to the real NCCL instead). The answer may depend only on values every rank shares.
+  virtual bool supports(const Op& op, std::string* why) const {
+    (void)op;
+    (void)why;
+    return true;
+  }
 };
 
 struct ExecutorArgs {
@@ -32,6 +39,7 @@ struct ExecutorArgs {
   Policy policy;
   int device = -1;
   double timeout_s = 300.0;
+  bool one_gpu = false;            // every rank of the communicator runs on this rank's GPU
 };
 
 // The host datapath: ranks on one host share POSIX shared memory; threads stand in for CTAs.
@@ -39,5 +47,8 @@ Status make_host_executor(const ExecutorArgs& args, std::unique_ptr<Executor>* o
 // The SM datapath: windows in device memory shared through CUDA IPC, roles run by CTAs.
 // args.policy.workers is the number of channels (CTAs per role).
 Status make_sm_executor(const ExecutorArgs& args, std::unique_ptr<Executor>* out);
+// How many CTAs of the SM datapath's kernels one multiprocessor of `device` holds at once (the least
+// over all collectives); 0 without a GPU datapath.
+int sm_resident_ctas_per_sm(int device);
 
 }  // namespace purlin::snac

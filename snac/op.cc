@@ -16,6 +16,7 @@ const char* name_of(CollKind k) {
     case CollKind::all_gather_v: return "AllGatherV";
     case CollKind::reduce_scatter_v: return "ReduceScatterV";
     case CollKind::all_to_all_v: return "AllToAllV";
+    case CollKind::all_reduce_direct: return "AllReduceDirect";
   }
   return "?";
 }

@@ -23,6 +23,7 @@ enum class CollKind : int {
   all_gather_v,
   reduce_scatter_v,
   all_to_all_v,
+  all_reduce_direct,  // an AllReduce planned as one reduce of every rank's whole input (snac/plan)
 };
 const char* name_of(CollKind k);
 

@@ -18,14 +18,17 @@ struct Policy {
   int slots = 0;                       // ring depth per lane
   std::uint64_t latency_max_bytes = 0; // per pair message; above it the throughput path serves
   std::uint64_t packets_per_pair = 0;  // latency buffer per (phase, producer, parity), in packets
-  int workers = 1;                     // threads (host) or CTAs (GPU) per role
+  int workers = 1;                     // threads (host) or CTAs (GPU) per role: the most a call uses
+  std::uint64_t channel_bytes = 0;     // SM: a call of uniform sizes takes one channel per this many bytes
+  std::uint64_t direct_max_bytes = 0;  // AllReduce up to this size: one direct reduce (0: always composed)
   double sim_us_per_op = 0;            // ncclGroupSimulateEnd's cost model: fixed cost per op
   double sim_gbps = 0;                 // and bytes (read + written) per second
 };
 
 // The policy for a datapath and rank count, with environment overrides applied. `sharing` ranks run
 // on this rank's GPU (processes or threads) and the GPU has `sms` multiprocessors: the CTAs of all
-// of them must be resident at once, which caps the channels (CTAs per role).
-Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms);
+// of them must be resident at once, which caps the channels (CTAs per role): a multiprocessor holds
+// `ctas_per_sm` of the datapath's CTAs.
+Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int ctas_per_sm = 0);
 
 }  // namespace purlin::snac

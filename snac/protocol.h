@@ -36,11 +36,16 @@
 #include "snac/call.h"
 #include "snac/window.h"
 
+static_assert(purlin::snac::kMaxRanks <= purlin::atom::kMaxBatch, "a batch holds one message per peer");
+
 namespace purlin::snac {
 
 using coll::Consume;
 using coll::Layout;
 using coll::Root;
+using atom::PacketPull;
+using atom::PacketPush;
+using atom::PacketSource;
 
 template <class D>
 PURLIN_HD constexpr int lane_count(int nranks) {
@@ -150,15 +155,73 @@ PURLIN_HD void for_each_consumer(const Context& ctx, const Call& call, const Off
     if (consumes<D>(call, d)) f(d);
 }
 
-// Latency path: push one message of packets to one consumer.
-template <class Atom>
-PURLIN_HD Status push_message(Atom& atom, const Context& ctx, int phase, int consumer, const char* src,
-                              std::uint64_t bytes) {
-  std::uint64_t q = ctx.state->tx[phase][consumer] + 1;
-  atom.put(&ctx.state->tx[phase][consumer], q);
-  if (q > 2) PURLIN_TRY(atom.wait(slot_ack(ctx, phase, consumer), q - 2));
-  atom.push(packets_of(ctx, consumer, phase, ctx.rank, q), src, bytes, q);
+// Whether consumer d takes offer o.
+template <class D>
+PURLIN_HD bool offered_to(const Call& call, const Offer& o, int d) {
+  return o.consumer >= 0 ? d == o.consumer : consumes<D>(call, d);
+}
+
+// The message this producer sends consumer d under D, when it takes the latency path.
+template <class D>
+PURLIN_HD bool latency_offer(const Context& ctx, const Call& call, int d, Offer* o) {
+  if (!produces<D>(call, ctx.rank) || !consumes<D>(call, d)) return false;
+  if constexpr (D::input == Layout::scattered) *o = Offer{call.in[d].ptr, call.in[d].bytes, d, d};
+  else *o = Offer{call.in[0].ptr, call.in[0].bytes, 0, d};
+  return o->bytes != 0 && use_latency(ctx, o->bytes);
+}
+
+// Peers in the order a producer serves them: the next rank first, itself last, so that a consumer
+// writing its result in place (over this rank's input) is the last to be served.
+PURLIN_HD int served(const Context& ctx, int i) { return (ctx.rank + 1 + i) % ctx.nranks; }
+
+// Latency path: every packet message of this producer on `phase`, pushed in one batch. A parity of
+// a pair's packet buffer is reused only after the consumer acked the message two before.
+template <class D, class Atom>
+PURLIN_HD Status push_messages(Atom& atom, const Context& ctx, const Call& call, int phase) {
+  const int n = ctx.nranks;
+  std::uint64_t* tx = ctx.state->tx[phase];
+  PURLIN_TRY(atom.wait_each(n, [&](int i, std::uint64_t*& word, std::uint64_t& value) {
+    const int d = served(ctx, i);
+    Offer o;
+    if (!latency_offer<D>(ctx, call, d, &o) || tx[d] + 1 <= 2) return false;
+    word = slot_ack(ctx, phase, d);
+    value = tx[d] + 1 - 2;
+    return true;
+  }));
+  atom.push_each(n, [&](int i, PacketPush& m) {
+    const int d = served(ctx, i);
+    Offer o;
+    if (!latency_offer<D>(ctx, call, d, &o)) return false;
+    const std::uint64_t q = tx[d] + 1;
+    m = PacketPush{packets_of(ctx, d, phase, ctx.rank, q), o.src, o.bytes, q};
+    return true;
+  });
+  atom.put_each(n, [&](int d, std::uint64_t*& word, std::uint64_t& value) {
+    Offer o;
+    if (!latency_offer<D>(ctx, call, d, &o)) return false;
+    word = &tx[d];
+    value = tx[d] + 1;
+    return true;
+  });
   return Status::ok;
+}
+
+// Latency path, consumer side: ack message rx + 1 of every producer `from(s)` names, and count it.
+template <class Atom, class From>
+PURLIN_HD void ack_messages(Atom& atom, const Context& ctx, int phase, From&& from) {
+  std::uint64_t* rx = ctx.state->rx[phase];
+  atom.signal_each(ctx.nranks, [&](int s, std::uint64_t*& word, std::uint64_t& value) {
+    if (!from(s)) return false;
+    word = ack_at(ctx, s, phase, ctx.rank);
+    value = rx[s] + 1;
+    return true;
+  });
+  atom.put_each(ctx.nranks, [&](int s, std::uint64_t*& word, std::uint64_t& value) {
+    if (!from(s)) return false;
+    word = &rx[s];
+    value = rx[s] + 1;
+    return true;
+  });
 }
 
 // Throughput path: before a message's first chunk, make sure the consumer has read the lane base of
@@ -178,23 +241,29 @@ template <class D, class Atom>
 PURLIN_HD Status wait_slot(Atom& atom, const Context& ctx, const Call& call, const Lanes& l, int phase, const Offer& o,
                            std::uint64_t j) {
   if (j < static_cast<std::uint64_t>(l.slots)) return Status::ok;
-  Status s = Status::ok;
-  for_each_consumer<D>(ctx, call, o, [&](int d) {
-    if (s != Status::ok) return;
-    std::uint64_t first = ctx.state->lane_first[phase][d];
-    s = atom.wait(slot_ack(ctx, phase, d), first + j - l.slots);
+  return atom.wait_each(ctx.nranks, [&](int d, std::uint64_t*& word, std::uint64_t& value) {
+    if (!offered_to<D>(call, o, d)) return false;
+    word = slot_ack(ctx, phase, d);
+    value = ctx.state->lane_first[phase][d] + j - l.slots;
+    return true;
   });
-  return s;
 }
 
 // Chunk j of the offer is in its slot: notify its consumers with the chunk's sequence number.
 template <class D, class Atom>
 PURLIN_HD void notify_chunk(Atom& atom, const Context& ctx, const Call& call, int phase, const Offer& o,
                             std::uint64_t j) {
-  for_each_consumer<D>(ctx, call, o, [&](int d) {
-    std::uint64_t q = ctx.state->lane_first[phase][d] + j;
-    atom.put(&ctx.state->tx[phase][d], q);
-    atom.signal(ready_at(ctx, d, phase, ctx.rank), q);
+  atom.put_each(ctx.nranks, [&](int d, std::uint64_t*& word, std::uint64_t& value) {
+    if (!offered_to<D>(call, o, d)) return false;
+    word = &ctx.state->tx[phase][d];
+    value = ctx.state->lane_first[phase][d] + j;
+    return true;
+  });
+  atom.signal_each(ctx.nranks, [&](int d, std::uint64_t*& word, std::uint64_t& value) {
+    if (!offered_to<D>(call, o, d)) return false;
+    word = ready_at(ctx, d, phase, ctx.rank);
+    value = ctx.state->lane_first[phase][d] + j;
+    return true;
   });
 }
 
@@ -205,20 +274,15 @@ PURLIN_HD Status stage(Atom& atom, const Context& ctx, const Call& call, const L
   Status status = Status::ok;
   std::uint64_t max_chunks = 0;
   // Latency messages first: they never wait on this call's consumers.
+  PURLIN_TRY((push_messages<D>(atom, ctx, call, phase)));
   for_each_offer<D>(ctx, call, [&](const Offer& o) {
-    if (status != Status::ok || o.bytes == 0) return;
-    if (use_latency(ctx, o.bytes)) {
-      for_each_consumer<D>(ctx, call, o, [&](int d) {
-        if (status == Status::ok) status = push_message(atom, ctx, phase, d, o.src, o.bytes);
-      });
-    } else {
-      std::uint64_t chunks = ceil_div(o.bytes, l.chunk);
-      if (chunks > max_chunks) max_chunks = chunks;
-      std::uint64_t offset = lane_offset(ctx, l, phase, o.lane);
-      for_each_consumer<D>(ctx, call, o, [&](int d) {
-        if (status == Status::ok) status = open_lane(atom, ctx, phase, d, offset);
-      });
-    }
+    if (status != Status::ok || o.bytes == 0 || use_latency(ctx, o.bytes)) return;
+    std::uint64_t chunks = ceil_div(o.bytes, l.chunk);
+    if (chunks > max_chunks) max_chunks = chunks;
+    std::uint64_t offset = lane_offset(ctx, l, phase, o.lane);
+    for_each_consumer<D>(ctx, call, o, [&](int d) {
+      if (status == Status::ok) status = open_lane(atom, ctx, phase, d, offset);
+    });
   });
   PURLIN_TRY(status);
   // Throughput messages, chunk j of every lane before chunk j + 1.
@@ -308,17 +372,15 @@ PURLIN_HD Status consume(Atom& atom, const Context& ctx, const Call& call, const
     const char* srcs[kMaxRanks];
     int nsrc = 0;
     if (use_latency(ctx, bytes)) {
-      for (int s = 0; s < n; ++s) {
-        if (!consumes_from<D>(call, s)) continue;
-        std::uint64_t q = ctx.state->rx[phase][s] + 1;
-        atom.put(&ctx.state->rx[phase][s], q);
-        char* buf = ctx.scratch + static_cast<std::uint64_t>(s + 1) * ctx.latency_max;
-        PURLIN_TRY(atom.pull(buf, packets_of(ctx, ctx.rank, phase, s, q), bytes, q));
-        atom.signal(ack_at(ctx, s, phase, ctx.rank), q);
-        srcs[nsrc++] = buf;
-      }
-      char* dst = next ? ctx.scratch : packed_dst;
-      atom.reduce(dst, srcs, nsrc, bytes);
+      // Folded straight from the packets, in rank order.
+      std::uint64_t* rx = ctx.state->rx[phase];
+      auto from = [&](int s) { return consumes_from<D>(call, s); };
+      PURLIN_TRY(atom.pull_reduce(next ? ctx.scratch : packed_dst, bytes, n, [&](int s, PacketSource& m) {
+        if (!from(s)) return false;
+        m = PacketSource{packets_of(ctx, ctx.rank, phase, s, rx[s] + 1), rx[s] + 1};
+        return true;
+      }));
+      ack_messages(atom, ctx, phase, from);
       return Status::ok;
     }
     std::uint64_t q0[kMaxRanks], base[kMaxRanks];
@@ -328,17 +390,33 @@ PURLIN_HD Status consume(Atom& atom, const Context& ctx, const Call& call, const
     for (std::uint64_t j = 0; j < chunks; ++j) {
       std::uint64_t begin = j * l.chunk;
       std::uint64_t len = bytes - begin < l.chunk ? bytes - begin : l.chunk;
+      PURLIN_TRY(atom.wait_each(n, [&](int s, std::uint64_t*& word, std::uint64_t& value) {
+        if (!consumes_from<D>(call, s)) return false;
+        word = ready_at(ctx, ctx.rank, phase, s);
+        value = q0[s] + j + 1;
+        return true;
+      }));
       nsrc = 0;
       for (int s = 0; s < n; ++s) {
         if (!consumes_from<D>(call, s)) continue;
-        PURLIN_TRY(acquire_chunk(atom, ctx, l, phase, s, j, q0[s], &base[s], &srcs[nsrc]));
-        ++nsrc;
+        if (j == 0) base[s] = atom.load_relaxed(lane_base_at(ctx, ctx.rank, phase, s));
+        srcs[nsrc++] = ctx.win[s].staging + base[s] + (j % l.slots) * l.chunk;
       }
       char* dst = packed_dst + begin;
       if (next) PURLIN_TRY(next->slot(atom, j, &dst));
       atom.reduce(dst, srcs, nsrc, len);
-      for (int s = 0; s < n; ++s)
-        if (consumes_from<D>(call, s)) ack_chunk(atom, ctx, phase, s, q0[s] + j + 1);
+      atom.signal_each(n, [&](int s, std::uint64_t*& word, std::uint64_t& value) {
+        if (!consumes_from<D>(call, s)) return false;
+        word = ack_at(ctx, s, phase, ctx.rank);
+        value = q0[s] + j + 1;
+        return true;
+      });
+      atom.put_each(n, [&](int s, std::uint64_t*& word, std::uint64_t& value) {
+        if (!consumes_from<D>(call, s)) return false;
+        word = &ctx.state->rx[phase][s];
+        value = q0[s] + j + 1;
+        return true;
+      });
       if (next) next->publish(atom, j);
     }
     return Status::ok;
@@ -350,23 +428,38 @@ PURLIN_HD Status consume(Atom& atom, const Context& ctx, const Call& call, const
     for (int s = 0; s < n; ++s) {
       if (!consumes_from<D>(call, s)) continue;
       std::uint64_t bytes = incoming_bytes<D>(call, s, packed_bytes);
-      char* dst = D::output == Layout::packed ? packed_dst : call.out[s].ptr;
       q0[s] = ctx.state->rx[phase][s];
-      if (bytes == 0) continue;
-      if (use_latency(ctx, bytes)) {
-        std::uint64_t q = ctx.state->rx[phase][s] + 1;
-        atom.put(&ctx.state->rx[phase][s], q);
-        if (next) dst = ctx.scratch;
-        PURLIN_TRY(atom.pull(dst, packets_of(ctx, ctx.rank, phase, s, q), bytes, q));
-        atom.signal(ack_at(ctx, s, phase, ctx.rank), q);
-      } else {
+      if (bytes != 0 && !use_latency(ctx, bytes)) {
         std::uint64_t chunks = ceil_div(bytes, l.chunk);
         if (chunks > max_chunks) max_chunks = chunks;
         if (next) fused = true;
       }
     }
+    // Latency messages, all producers at once.
+    std::uint64_t* rx = ctx.state->rx[phase];
+    auto latency_from = [&](int s) {
+      if (!consumes_from<D>(call, s)) return false;
+      std::uint64_t bytes = incoming_bytes<D>(call, s, packed_bytes);
+      return bytes != 0 && use_latency(ctx, bytes);
+    };
+    PURLIN_TRY(atom.pull_each(n, [&](int s, PacketPull& m) {
+      if (!latency_from(s)) return false;
+      char* dst = next ? ctx.scratch : D::output == Layout::packed ? packed_dst : call.out[s].ptr;
+      m = PacketPull{dst, packets_of(ctx, ctx.rank, phase, s, rx[s] + 1), incoming_bytes<D>(call, s, packed_bytes),
+                     rx[s] + 1};
+      return true;
+    }));
+    ack_messages(atom, ctx, phase, latency_from);
     if (fused) PURLIN_TRY(next->open(atom));
     for (std::uint64_t j = 0; j < max_chunks; ++j) {
+      PURLIN_TRY(atom.wait_each(n, [&](int s, std::uint64_t*& word, std::uint64_t& value) {
+        if (!consumes_from<D>(call, s)) return false;
+        std::uint64_t bytes = incoming_bytes<D>(call, s, packed_bytes);
+        if (bytes == 0 || use_latency(ctx, bytes) || j * l.chunk >= bytes) return false;
+        word = ready_at(ctx, ctx.rank, phase, s);
+        value = q0[s] + j + 1;
+        return true;
+      }));
       for (int s = 0; s < n; ++s) {
         if (!consumes_from<D>(call, s)) continue;
         std::uint64_t bytes = incoming_bytes<D>(call, s, packed_bytes);
@@ -394,13 +487,13 @@ PURLIN_HD Status consume(Atom& atom, const Context& ctx, const Call& call, const
 // read completely by the consumers of the last call that used it.
 template <class Atom>
 PURLIN_HD Status begin_call(Atom& atom, const Context& ctx) {
-  std::uint64_t half = ctx.state->epoch & 1;
-  for (int ph = 0; ph < kMaxPhases; ++ph)
-    for (int d = 0; d < ctx.nranks; ++d) {
-      std::uint64_t need = ctx.state->half_need[half][ph][d];
-      if (need) PURLIN_TRY(atom.wait(slot_ack(ctx, ph, d), need));
-    }
-  return Status::ok;
+  const std::uint64_t half = ctx.state->epoch & 1;
+  return atom.wait_each(kMaxPhases * ctx.nranks, [&](int i, std::uint64_t*& word, std::uint64_t& value) {
+    const int ph = i / ctx.nranks, d = i % ctx.nranks;
+    value = ctx.state->half_need[half][ph][d];
+    word = slot_ack(ctx, ph, d);
+    return value != 0;
+  });
 }
 
 // After every role of this call has finished on this rank; one thread runs it.
@@ -440,6 +533,15 @@ PURLIN_HD bool all_latency(const Context& ctx, const Call& call) {
     }
   }
   return all;
+}
+
+// Whether `role` writes this rank's staging in this call, so that begin_call must first wait for the
+// staging half to be free. Packets never touch staging.
+template <class D>
+PURLIN_HD bool stages(const Context& ctx, const Call& call, Role role) {
+  if (role == Role::gather) return false;
+  if (!D::composed && role == Role::consume) return false;
+  return !all_latency<D>(ctx, call);
 }
 
 // Runs one role of declaration D (plain or composed) for this rank.

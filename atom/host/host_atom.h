@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "atom/host/reduce_host.h"
 #include "atom/packet.h"
@@ -56,7 +57,72 @@ class HostAtom {
   void push(Packet* dst, const char* src, std::size_t bytes, std::uint64_t q) const;
   Status pull(char* dst, Packet* src, std::size_t bytes, std::uint64_t q) const;
 
+  // Batched forms (see atom/sm/sm_atom.cuh): item i is named by f(i, ...), false skips it. One
+  // thread runs a role here, so they are loops.
+  template <class F>
+  Status wait_each(int n, F&& f) const {
+    for (int i = 0; i < n; ++i) {
+      std::uint64_t* word = nullptr;
+      std::uint64_t value = 0;
+      if (f(i, word, value)) PURLIN_TRY(wait(word, value));
+    }
+    return Status::ok;
+  }
+  template <class F>
+  void signal_each(int n, F&& f) const {
+    for (int i = 0; i < n; ++i) {
+      std::uint64_t* word = nullptr;
+      std::uint64_t value = 0;
+      if (f(i, word, value)) signal(word, value);
+    }
+  }
+  template <class F>
+  void put_each(int n, F&& f) const {
+    for (int i = 0; i < n; ++i) {
+      std::uint64_t* word = nullptr;
+      std::uint64_t value = 0;
+      if (f(i, word, value)) put(word, value);
+    }
+  }
+  template <class F>
+  void push_each(int n, F&& f) const {
+    for (int i = 0; i < n; ++i) {
+      PacketPush m{};
+      if (f(i, m)) push(m.dst, m.src, m.bytes, m.q);
+    }
+  }
+  template <class F>
+  Status pull_each(int n, F&& f) const {
+    for (int i = 0; i < n; ++i) {
+      PacketPull m{};
+      if (f(i, m)) PURLIN_TRY(pull(m.dst, const_cast<Packet*>(m.src), m.bytes, m.q));
+    }
+    return Status::ok;
+  }
+  template <class F>
+  Status pull_reduce(char* dst, std::uint64_t bytes, int n, F&& f) const {
+    std::vector<char>& buf = pull_buffer(static_cast<std::size_t>(n) * bytes);
+    const char* srcs[kMaxBatch];
+    int nsrc = 0;
+    for (int i = 0; i < n; ++i) {
+      PacketSource m{};
+      if (!f(i, m)) continue;
+      char* into = buf.data() + static_cast<std::size_t>(nsrc) * bytes;
+      PURLIN_TRY(pull(into, const_cast<Packet*>(m.src), bytes, m.q));
+      srcs[nsrc++] = into;
+    }
+    if (nsrc) reduce(dst, srcs, nsrc, bytes);
+    return Status::ok;
+  }
+
  private:
+  // Per-thread room for pull_reduce's received messages; grows, never shrinks.
+  static std::vector<char>& pull_buffer(std::size_t bytes) {
+    thread_local std::vector<char> buf;
+    if (buf.size() < bytes) buf.resize(bytes);
+    return buf;
+  }
+
   DataType type_;
   ReduceOp op_;
   WaitGuard guard_;

@@ -14,6 +14,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "atom/packet.h"
 #include "atom/reduce.h"
@@ -39,6 +41,16 @@ __device__ __forceinline__ void st_release_sys(std::uint64_t* p, std::uint64_t v
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
+__device__ __forceinline__ std::uint64_t ld_acquire_gpu(const std::uint64_t* p) {
+  std::uint64_t v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_release_gpu(std::uint64_t* p, std::uint64_t v) {
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
 __device__ __forceinline__ void st_relaxed_sys(std::uint64_t* p, std::uint64_t v) {
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
@@ -57,28 +69,19 @@ __device__ __forceinline__ void ld_packet(const Packet* p, std::uint64_t* data, 
   asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(*data), "=l"(*flag) : "l"(p) : "memory");
 }
 
-// The reduction for a type and operator chosen at run time: one switch per chunk, then a typed loop
-// over the elements this thread owns.
-__device__ __forceinline__ void reduce_strided(DataType type, const ReduceOp& op, void* dst, const void* const* srcs,
-                                               int nsrc, std::size_t count) {
-  const std::size_t tid = threadIdx.x, stride = blockDim.x;
-  auto run = [&](auto tag_t, auto tag_k) {
-    constexpr DataType T = decltype(tag_t)::value;
-    constexpr RedOpKind K = decltype(tag_k)::value;
-    using R = Reducer<T, K>;
-    using S = typename R::S;
-    const R r(op);
-    S* out = static_cast<S*>(dst);
-    for (std::size_t i = tid; i < count; i += stride) out[i] = r.element(srcs, nsrc, i);
-  };
+// Calls f(reducer) with the Reducer<T, K> of a type and operator chosen at run time: one switch per
+// call, then typed code.
+template <class F>
+__device__ __forceinline__ void with_reducer(DataType type, const ReduceOp& op, F&& f) {
   auto by_op = [&](auto tag_t) {
+    constexpr DataType T = decltype(tag_t)::value;
     switch (op.kind) {
-      case RedOpKind::sum: return run(tag_t, std::integral_constant<RedOpKind, RedOpKind::sum>{});
-      case RedOpKind::prod: return run(tag_t, std::integral_constant<RedOpKind, RedOpKind::prod>{});
-      case RedOpKind::max: return run(tag_t, std::integral_constant<RedOpKind, RedOpKind::max>{});
-      case RedOpKind::min: return run(tag_t, std::integral_constant<RedOpKind, RedOpKind::min>{});
-      case RedOpKind::avg: return run(tag_t, std::integral_constant<RedOpKind, RedOpKind::avg>{});
-      case RedOpKind::premulsum: return run(tag_t, std::integral_constant<RedOpKind, RedOpKind::premulsum>{});
+      case RedOpKind::sum: return f(Reducer<T, RedOpKind::sum>(op));
+      case RedOpKind::prod: return f(Reducer<T, RedOpKind::prod>(op));
+      case RedOpKind::max: return f(Reducer<T, RedOpKind::max>(op));
+      case RedOpKind::min: return f(Reducer<T, RedOpKind::min>(op));
+      case RedOpKind::avg: return f(Reducer<T, RedOpKind::avg>(op));
+      case RedOpKind::premulsum: return f(Reducer<T, RedOpKind::premulsum>(op));
     }
   };
   switch (type) {
@@ -100,10 +103,81 @@ __device__ __forceinline__ void reduce_strided(DataType type, const ReduceOp& op
   }
 }
 
+// Folds the elements packed in one W-byte word of each source, in source order, into acc.
+template <class R, int W>
+struct WordFold {
+  using S = typename R::S;
+  using A = typename R::A;
+  static constexpr int kElems = W / static_cast<int>(sizeof(S));
+  A acc[kElems];
+
+  template <class Word>
+  __device__ __forceinline__ void first(const R& r, const Word& w) {
+    S e[kElems];
+    memcpy(e, &w, W);
+#pragma unroll
+    for (int k = 0; k < kElems; ++k) acc[k] = r.first(e[k]);
+  }
+  template <class Word>
+  __device__ __forceinline__ void next(const R& r, const Word& w) {
+    S e[kElems];
+    memcpy(e, &w, W);
+#pragma unroll
+    for (int k = 0; k < kElems; ++k) acc[k] = r.next(acc[k], e[k]);
+  }
+  template <class Word>
+  __device__ __forceinline__ Word finish(const R& r) const {
+    S e[kElems];
+#pragma unroll
+    for (int k = 0; k < kElems; ++k) e[k] = r.finish(acc[k]);
+    Word w;
+    memcpy(&w, e, W);
+    return w;
+  }
+};
+
+// dst = rank-ordered fold of srcs over `count` elements, by every thread of the CTA. When every
+// pointer is 16-byte aligned, each thread folds whole 16-byte vectors, loading up to four sources
+// before combining them; the rest (and any misaligned call) goes element by element.
+template <class R>
+__device__ __forceinline__ void reduce_block(const R& r, void* dst, const void* const* srcs, int nsrc,
+                                             std::size_t count) {
+  using S = typename R::S;
+  constexpr int V = 16 / static_cast<int>(sizeof(S));
+  const std::size_t tid = threadIdx.x, stride = blockDim.x;
+  std::uintptr_t bits = reinterpret_cast<std::uintptr_t>(dst);
+  for (int s = 0; s < nsrc; ++s) bits |= reinterpret_cast<std::uintptr_t>(srcs[s]);
+  std::size_t done = 0;
+  if ((bits & 15) == 0) {
+    const std::size_t vecs = count / V;
+    uint4* out = static_cast<uint4*>(dst);
+    for (std::size_t i = tid; i < vecs; i += stride) {
+      WordFold<R, 16> f;
+      f.first(r, static_cast<const uint4*>(srcs[0])[i]);
+      int s = 1;
+      for (; s + 4 <= nsrc; s += 4) {
+        uint4 a = static_cast<const uint4*>(srcs[s])[i], b = static_cast<const uint4*>(srcs[s + 1])[i];
+        uint4 c = static_cast<const uint4*>(srcs[s + 2])[i], d = static_cast<const uint4*>(srcs[s + 3])[i];
+        f.next(r, a);
+        f.next(r, b);
+        f.next(r, c);
+        f.next(r, d);
+      }
+      for (; s < nsrc; ++s) f.next(r, static_cast<const uint4*>(srcs[s])[i]);
+      out[i] = f.template finish<uint4>(r);
+    }
+    done = vecs * V;
+  }
+  S* out = static_cast<S*>(dst);
+  for (std::size_t i = done + tid; i < count; i += stride) out[i] = r.element(srcs, nsrc, i);
+}
+
 class SmAtom {
  public:
-  __device__ SmAtom(DataType type, const ReduceOp& op, SmGuard guard, int* shared_status)
-      : type_(type), op_(op), guard_(guard), shared_status_(shared_status), start_(global_ns()) {}
+  // `one_gpu`: every peer runs on this GPU, so flags need ordering at GPU scope only (cheaper than
+  // system scope, which peers on other GPUs need).
+  __device__ SmAtom(DataType type, const ReduceOp& op, SmGuard guard, int* shared_status, bool one_gpu)
+      : type_(type), op_(op), guard_(guard), shared_status_(shared_status), start_(global_ns()), one_gpu_(one_gpu) {}
 
   // Vectorised when source and destination share 16-byte alignment; any alignment and tail works.
   __device__ void copy(void* dst, const void* src, std::size_t bytes) const {
@@ -136,13 +210,16 @@ class SmAtom {
   }
 
   __device__ void reduce(void* dst, const char* const* srcs, int n, std::size_t bytes) const {
-    reduce_strided(type_, op_, dst, reinterpret_cast<const void* const*>(srcs), n, bytes / size_of(type_));
+    const std::size_t count = bytes / size_of(type_);
+    with_reducer(type_, op_, [&](const auto& r) {
+      reduce_block(r, dst, reinterpret_cast<const void* const*>(srcs), n, count);
+    });
     __syncthreads();
   }
 
   __device__ void signal(std::uint64_t* flag, std::uint64_t value) const {
     __syncthreads();
-    if (threadIdx.x == 0) st_release_sys(flag, value);
+    if (threadIdx.x == 0) release(flag, value);
     __syncthreads();
   }
   __device__ void put(std::uint64_t* word, std::uint64_t value) const {
@@ -161,7 +238,7 @@ class SmAtom {
     if (threadIdx.x == 0) {
       int result = static_cast<int>(Status::ok);
       std::uint32_t spins = 0;
-      while (ld_acquire_sys(flag) < value) {
+      while (acquire(flag) < value) {
         if ((++spins & 1023) == 0 && (result = give_up()) != 0) break;
       }
       *shared_status_ = result;
@@ -214,7 +291,181 @@ class SmAtom {
     return s;
   }
 
+  // ---- batched operations: one call serves every peer, the peers' work spread over the threads ----
+  // f(i, word, value) names item i (returns false to skip it); items are independent of each other.
+
+  // Waits, in parallel, until *word_i >= value_i for every item.
+  template <class F>
+  __device__ Status wait_each(int n, F&& f) const {
+    int result = 0;
+    for (int i = threadIdx.x; i < n && result == 0; i += blockDim.x) {
+      std::uint64_t* word = nullptr;
+      std::uint64_t value = 0;
+      if (!f(i, word, value)) continue;
+      std::uint32_t spins = 0;
+      while (acquire(word) < value) {
+        if ((++spins & 1023) == 0 && (result = give_up()) != 0) break;
+      }
+    }
+    return agree(result);
+  }
+
+  // Release stores, one per item, after everything the CTA wrote so far.
+  template <class F>
+  __device__ void signal_each(int n, F&& f) const {
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      std::uint64_t* word = nullptr;
+      std::uint64_t value = 0;
+      if (f(i, word, value)) release(word, value);
+    }
+    __syncthreads();
+  }
+
+  // Writes to the rank's own protocol state, one per item, visible to the whole CTA afterwards.
+  template <class F>
+  __device__ void put_each(int n, F&& f) const {
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      std::uint64_t* word = nullptr;
+      std::uint64_t value = 0;
+      if (f(i, word, value)) *word = value;
+    }
+    __syncthreads();
+  }
+
+  // Pushes every message f(i, PacketPush&) names. Each packet index is handled by one thread for all
+  // messages, and messages that share a source reuse one load, so a message's packet i is stored
+  // only after every read of source word i by this call (an in-place consumer may overwrite it then).
+  template <class F>
+  __device__ void push_each(int n, F&& f) const {
+    __shared__ PacketPush batch[kMaxBatch];
+    __shared__ int live[kMaxBatch];
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) live[i] = f(i, batch[i]) ? 1 : 0;
+    __syncthreads();
+    std::uint64_t packets = 0;
+    for (int m = 0; m < n; ++m)
+      if (live[m] && (batch[m].bytes + 7) / 8 > packets) packets = (batch[m].bytes + 7) / 8;
+    for (std::uint64_t p = threadIdx.x; p < packets; p += blockDim.x) {
+      const char* last = nullptr;
+      std::uint64_t last_bytes = 0, v = 0;
+      for (int m = 0; m < n; ++m) {
+        if (!live[m] || p * 8 >= batch[m].bytes) continue;
+        if (batch[m].src != last || batch[m].bytes != last_bytes) {
+          last = batch[m].src;
+          last_bytes = batch[m].bytes;
+          v = load_word(last, p, last_bytes);
+        }
+        st_packet(batch[m].dst + p, v, batch[m].q);
+      }
+    }
+    __syncthreads();
+  }
+
+  // Receives every message f(i, PacketPull&) names.
+  template <class F>
+  __device__ Status pull_each(int n, F&& f) const {
+    __shared__ PacketPull batch[kMaxBatch];
+    __shared__ int live[kMaxBatch];
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) live[i] = f(i, batch[i]) ? 1 : 0;
+    __syncthreads();
+    std::uint64_t packets = 0;
+    for (int m = 0; m < n; ++m)
+      if (live[m] && (batch[m].bytes + 7) / 8 > packets) packets = (batch[m].bytes + 7) / 8;
+    int result = 0;
+    for (std::uint64_t p = threadIdx.x; p < packets && result == 0; p += blockDim.x) {
+      for (int m = 0; m < n && result == 0; ++m) {
+        if (!live[m] || p * 8 >= batch[m].bytes) continue;
+        std::uint64_t v;
+        result = wait_packet(batch[m].src + p, batch[m].q, &v);
+        if (result == 0) store_word(batch[m].dst, p, batch[m].bytes, v);
+      }
+    }
+    return agree(result);
+  }
+
+  // dst = rank-ordered fold of the sources f(i, PacketSource&) names, read straight from their
+  // packets (each thread folds whole packets: 8 bytes hold whole elements of every type).
+  template <class F>
+  __device__ Status pull_reduce(char* dst, std::uint64_t bytes, int n, F&& f) const {
+    __shared__ PacketSource batch[kMaxBatch];
+    __shared__ int live[kMaxBatch];
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) live[i] = f(i, batch[i]) ? 1 : 0;
+    __syncthreads();
+    const std::uint64_t packets = (bytes + 7) / 8;
+    int result = 0;
+    with_reducer(type_, op_, [&](const auto& r) {
+      using R = std::decay_t<decltype(r)>;
+      for (std::uint64_t p = threadIdx.x; p < packets && result == 0; p += blockDim.x) {
+        WordFold<R, 8> fold;
+        bool started = false;
+        for (int m = 0; m < n && result == 0; ++m) {
+          if (!live[m]) continue;
+          std::uint64_t v;
+          result = wait_packet(batch[m].src + p, batch[m].q, &v);
+          if (result) break;
+          if (started) fold.next(r, v);
+          else fold.first(r, v);
+          started = true;
+        }
+        if (result == 0 && started) store_word(dst, p, bytes, fold.template finish<std::uint64_t>(r));
+      }
+    });
+    return agree(result);
+  }
+
  private:
+  __device__ std::uint64_t acquire(const std::uint64_t* flag) const {
+    return one_gpu_ ? ld_acquire_gpu(flag) : ld_acquire_sys(flag);
+  }
+  __device__ void release(std::uint64_t* flag, std::uint64_t value) const {
+    if (one_gpu_) st_release_gpu(flag, value);
+    else st_release_sys(flag, value);
+  }
+
+  // Word p of a message (zero-padded past its end).
+  __device__ static std::uint64_t load_word(const char* src, std::uint64_t p, std::uint64_t bytes) {
+    if ((p + 1) * 8 <= bytes && (reinterpret_cast<std::uintptr_t>(src) & 7) == 0)
+      return reinterpret_cast<const std::uint64_t*>(src)[p];
+    std::uint64_t v = 0;
+    for (std::uint64_t b = 0; b < 8 && p * 8 + b < bytes; ++b)
+      v |= static_cast<std::uint64_t>(static_cast<unsigned char>(src[p * 8 + b])) << (8 * b);
+    return v;
+  }
+  __device__ static void store_word(char* dst, std::uint64_t p, std::uint64_t bytes, std::uint64_t v) {
+    if ((p + 1) * 8 <= bytes && (reinterpret_cast<std::uintptr_t>(dst) & 7) == 0) {
+      reinterpret_cast<std::uint64_t*>(dst)[p] = v;
+      return;
+    }
+    for (std::uint64_t b = 0; b < 8 && p * 8 + b < bytes; ++b) dst[p * 8 + b] = static_cast<char>(v >> (8 * b));
+  }
+  // Spins until the packet carries epoch q; 0 or the Status that ended the wait.
+  __device__ int wait_packet(const Packet* packet, std::uint64_t q, std::uint64_t* v) const {
+    std::uint32_t spins = 0;
+    for (;;) {
+      std::uint64_t f;
+      ld_packet(packet, v, &f);
+      if (f >= q) return 0;
+      if ((++spins & 1023) == 0) {
+        if (int r = give_up()) return r;
+      }
+    }
+  }
+  // The CTA's common outcome of a step in which threads may have failed separately.
+  __device__ Status agree(int result) const {
+    __syncthreads();
+    if (threadIdx.x == 0) *shared_status_ = 0;
+    __syncthreads();
+    if (result) atomicMax(shared_status_, result);
+    __syncthreads();
+    Status s = static_cast<Status>(*shared_status_);
+    __syncthreads();
+    return s;
+  }
+
   // Non-zero (a Status) when the wait must end: abort requested, a sibling failed, or time is up.
   __device__ int give_up() const {
     if (*guard_.abort) return static_cast<int>(Status::remote_error);
@@ -232,6 +483,7 @@ class SmAtom {
   SmGuard guard_;
   int* shared_status_;
   std::uint64_t start_;
+  bool one_gpu_;
 };
 
 }  // namespace purlin::atom

@@ -9,11 +9,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <mutex>
+#include <atomic>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "core/config.h"
 #include "core/cuda_memory.h"
 #include "core/log.h"
 #include "snac/executor.h"
@@ -102,8 +103,15 @@ class SmExecutor final : public Executor {
     args_.guard = atom::SmGuard{static_cast<const volatile int*>(flags_dev), static_cast<volatile int*>(flags_dev) + 1,
                                 static_cast<std::uint64_t>(args.timeout_s * 1e9)};
     args_.done = done_;
-    log::info(log::kInit, "SM datapath: rank {}/{} on device {}, {} channels x {} B windows, policy {}", me, n, device_,
-              channels_, geo_.total, policy_.name);
+    args_.one_gpu = args.one_gpu;
+    // Programmatic dependent launch (Hopper and newer): the next kernel launches while this one
+    // finishes, and waits on the GPU for it to complete.
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_);
+    args_.pdl = major >= 9 && !config().pdl_disabled;
+    log::info(log::kInit, "SM datapath: rank {}/{} on device {}, {} channels x {} B windows, policy {}, flags at {} scope{}",
+              me, n, device_, channels_, geo_.total, policy_.name, args_.one_gpu ? "GPU" : "system",
+              args_.pdl ? ", programmatic dependent launch" : "");
     return Status::ok;
   }
 
@@ -112,6 +120,7 @@ class SmExecutor final : public Executor {
     if (*error_host_) return fail(Status::remote_error, "a previous operation of this communicator failed on the GPU");
     auto stream = static_cast<cudaStream_t>(stream_ptr);
     KernelArgs a = args_;
+    a.channels = channels_for(op);
     a.root = op.root;
     a.type = op.type;
     a.op = op.op;
@@ -127,10 +136,8 @@ class SmExecutor final : public Executor {
       for (int i = 0; i < a.nin; ++i) a.in[i].ptr = copy_ + (op.in[i].ptr - op.in.front().ptr);
     }
     last_stream_used_ = true;
-    {
-      std::lock_guard<std::mutex> g(plan_m_);
-      last_plan_ = fmt::format("{}_SMx{}ch", name_of(op.kind), channels_);
-    }
+    last_kind_.store(op.kind, std::memory_order_relaxed);
+    last_channels_.store(a.channels, std::memory_order_relaxed);
     return cuda::check(launch_snac(op.kind, a, stream), "launching the SNAC kernel");
   }
 
@@ -139,8 +146,8 @@ class SmExecutor final : public Executor {
   }
   const char* datapath() const override { return "sm"; }
   std::string last_plan() const override {
-    std::lock_guard<std::mutex> g(plan_m_);
-    return last_plan_;
+    return fmt::format("{}_SMx{}ch", name_of(last_kind_.load(std::memory_order_relaxed)),
+                       last_channels_.load(std::memory_order_relaxed));
   }
   Status async_status() const override {
     if (error_host_ && *error_host_) return static_cast<Status>(*error_host_);
@@ -148,6 +155,19 @@ class SmExecutor final : public Executor {
   }
 
  private:
+  // Channels for one call: one per policy.channel_bytes of its largest partition, up to the
+  // communicator's. Every rank must pick the same number, so calls whose partition sizes differ
+  // between ranks (AllToAllV, Send/Recv rounds) take them all.
+  int channels_for(const Op& op) const {
+    if (op.kind == CollKind::send_recv || op.kind == CollKind::all_to_all_v || policy_.channel_bytes == 0)
+      return channels_;
+    std::uint64_t largest = 0;
+    for (const Part& p : op.in) largest = std::max(largest, p.bytes);
+    for (const Part& p : op.out) largest = std::max(largest, p.bytes);
+    const std::uint64_t want = (largest + policy_.channel_bytes - 1) / policy_.channel_bytes;
+    return static_cast<int>(std::clamp<std::uint64_t>(want, 1, static_cast<std::uint64_t>(channels_)));
+  }
+
   // The private input copy only grows. A replaced buffer is kept until the communicator is
   // destroyed (a captured graph may still read it); allocation never synchronises the device, which
   // would stall ranks sharing this process while their peers' kernels wait for them.
@@ -185,11 +205,16 @@ class SmExecutor final : public Executor {
   std::vector<char*> retired_;
   KernelArgs args_{};
   bool last_stream_used_ = false;
-  mutable std::mutex plan_m_;
-  std::string last_plan_;
+  std::atomic<CollKind> last_kind_{CollKind::all_reduce};
+  std::atomic<int> last_channels_{0};
 };
 
 }  // namespace
+
+int sm_resident_ctas_per_sm(int device) {
+  if (cuda::set_device(device) != Status::ok) return 0;
+  return snac_ctas_per_sm();
+}
 
 Status make_sm_executor(const ExecutorArgs& args, std::unique_ptr<Executor>* out) {
   auto exec = std::make_unique<SmExecutor>();

@@ -28,6 +28,8 @@ struct KernelArgs {
   std::uint64_t mid_bytes;
   int nin, nout;
   atom::SmGuard guard;
+  bool one_gpu;               // every rank of the communicator runs on this GPU
+  bool pdl;                   // launched with programmatic dependent launch
   unsigned* done;             // [channels]: CTAs finished, for the channel's end of call
   Part in[kMaxRanks];
   Part out[kMaxRanks];
@@ -35,5 +37,9 @@ struct KernelArgs {
 
 // Launches the kernel of collective `kind` (grid = channels x roles) on `stream`.
 cudaError_t launch_snac(CollKind kind, const KernelArgs& args, cudaStream_t stream);
+
+// The least, over every collective's kernel, of the CTAs one multiprocessor holds at once (the
+// current device); 0 when the occupancy query fails.
+int snac_ctas_per_sm();
 
 }  // namespace purlin::snac

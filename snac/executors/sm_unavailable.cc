@@ -10,4 +10,6 @@ Status make_sm_executor(const ExecutorArgs&, std::unique_ptr<Executor>*) {
                                      "set PURLIN_DATAPATH=host to use the host datapath with host buffers");
 }
 
+int sm_resident_ctas_per_sm(int) { return 0; }
+
 }  // namespace purlin::snac

@@ -527,6 +527,7 @@ TEST_CASE("uniform collectives move data as MPI defines them", "[collectives][mo
         INFO("align " << align);
         REQUIRE(check_uniform<AllReduce>(n, c, 0, align, all_reduce(n, c)) == "");
       }
+      REQUIRE(check_uniform<AllReduceDirect>(n, c, 0, 1, all_reduce(n, c)) == "");
       for (int root = 0; root < n; ++root) {
         INFO("root " << root);
         REQUIRE(check_uniform<Scatter>(n, c, root, 1, scatter(n, c, root)) == "");

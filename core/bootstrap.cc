@@ -1,8 +1,9 @@
 // The bootstrap: a root service per unique id, the rendezvous, and a full TCP mesh.
 //
 // Contract for callers:
-//  - One operation (all_gather, barrier, send, recv) at a time per Bootstrap. abort() and
-//    peer_lost() may be called from any thread meanwhile; destruction must not overlap either.
+//  - One operation (all_gather, barrier, send, recv) at a time per Bootstrap. abort(),
+//    peer_lost() and failed_peer() may be called from any thread meanwhile; destruction must not
+//    overlap any of them.
 //  - create() is bounded by PURLIN_BOOTSTRAP_TIMEOUT, every later operation by PURLIN_TIMEOUT
 //    (zero or less: no limit). All waits poll the create() abort flag and abort() at least every
 //    net::kPollSliceMs; the flag given to create() must outlive the Bootstrap.
@@ -14,6 +15,10 @@
 //    go on working.
 //  - A size mismatch (recv, all_gather) fails with invalid_usage without touching the caller's
 //    buffer beyond its size; the message is consumed, so the streams stay in step.
+//  - A frame's memory grows with the bytes that actually arrive, so a garbage length in a header
+//    costs nothing until the sender really sends that much (and at most kMaxFrameBytes).
+//  - leave() sends a farewell frame; a peer whose connection closes after one left in good order,
+//    one whose connection closes without it failed (failed_peer()).
 #include "core/bootstrap.h"
 
 #include <fcntl.h>
@@ -26,6 +31,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -77,7 +83,7 @@ static_assert(sizeof(WireAddr) == 32);
 // Mesh traffic: frames of a header and `len` payload bytes. Point-to-point and collective frames
 // queue separately, so a send that overtakes a collective on the same connection is never
 // mistaken for the collective's contribution.
-enum : std::uint32_t { kFrameP2p = 1, kFrameColl = 2 };
+enum : std::uint32_t { kFrameP2p = 1, kFrameColl = 2, kFrameFarewell = 3 };
 struct FrameHeader {
   std::uint32_t kind;
   std::uint32_t seq;  // collectives: the call's index, to catch ranks out of step
@@ -86,10 +92,16 @@ struct FrameHeader {
 static_assert(sizeof(FrameHeader) == 16);
 
 constexpr std::uint32_t kMaxRanks = 1u << 20;
+// The largest frame a peer may send; a longer header is taken for corruption.
+constexpr std::uint64_t kMaxFrameBytes = std::uint64_t(1) << 32;
+// A frame's buffer grows by at most this much ahead of the bytes received.
+constexpr std::size_t kFrameGrowBytes = std::size_t(1) << 20;
 // A connection must deliver its whole hello this soon after it is accepted.
 constexpr double kHelloWindowS = 10.0;
 // Connections waiting for their hello; beyond this the oldest is dropped to make room.
 constexpr std::size_t kMaxPendingHellos = 512;
+// leave() waits at most this long for room to send its farewells.
+constexpr double kFarewellWaitS = 0.2;
 
 std::uint64_t fnv1a(const std::string& s) {
   std::uint64_t h = 0xcbf29ce484222325ull;
@@ -272,71 +284,90 @@ HelloGate::End HelloGate::run(Deadline deadline, AbortFlags abort, const Admit& 
 
 // Collects one hello per rank and answers each rank with the table of listening addresses.
 // Owns everything it touches, so it can outlive the call that started it.
+//
+// Hellos are grouped by the rank count they claim, and the first group to be complete is answered:
+// a hello that knows the secret but claims another count (stray or hostile) cannot make the real
+// ranks' hellos look wrong. Only a claim of a real rank's slot, made before that rank arrives, can
+// spoil a rendezvous; every rank then fails.
 struct RootService {
   Socket listener;
   Address address;
   std::uint64_t secret = 0;
-  std::uint32_t nranks = 0;  // 0: learned from the first valid hello
+  std::uint32_t nranks = 0;  // 0: any count; the first complete group decides
   Deadline deadline;
 
   void run(const std::atomic<bool>* stop);
 };
 
+// Rank counts claimed at once, and hellos held, beyond which hellos are refused.
+constexpr std::size_t kMaxRankCounts = 16;
+constexpr std::size_t kMaxCheckedIn = std::size_t(1) << 16;
+
 void RootService::run(const std::atomic<bool>* stop) {
   const std::string who = fmt::format("Bootstrap root {}", address.str());
-  std::vector<Socket> socks;
-  std::vector<WireAddr> table;
-  std::uint32_t met = 0;
-  if (nranks) {
-    socks.resize(nranks);
-    table.resize(nranks);
-  }
+  struct Member {
+    Socket sock;
+    WireAddr addr{};
+  };
+  std::map<std::uint32_t, std::map<std::uint32_t, Member>> groups;  // by rank count, then by rank
+  std::size_t checked_in = 0;
+  std::uint32_t complete = 0;  // the rank count of the first complete group
   auto admit = [&](const Hello& h, const std::uint8_t* addr, Socket& s, std::string* why) {
     if (h.nranks == 0 || h.nranks > kMaxRanks) { *why = fmt::format("bad rank count {}", h.nranks); return false; }
     if (h.rank >= h.nranks) { *why = fmt::format("rank {} out of range (nranks {})", h.rank, h.nranks); return false; }
     if (nranks && h.nranks != nranks) {
-      *why = fmt::format("rank {} says nranks {}, others {}", h.rank, h.nranks, nranks);
+      *why = fmt::format("rank {} says nranks {}, the id was made for {}", h.rank, h.nranks, nranks);
       return false;
     }
     Address listen;
     if (!Address::from_bytes(addr, h.addr_len, &listen)) { *why = "bad listening address"; return false; }
-    if (!nranks) {
-      nranks = h.nranks;
-      socks.resize(nranks);
-      table.resize(nranks);
+    auto group = groups.find(h.nranks);
+    if (group == groups.end()) {
+      if (groups.size() >= kMaxRankCounts) { *why = fmt::format("too many rank counts claimed ({})", groups.size()); return false; }
+      group = groups.emplace(h.nranks, std::map<std::uint32_t, Member>{}).first;
     }
-    if (socks[h.rank].valid()) { *why = fmt::format("duplicate rank {}", h.rank); return false; }
-    socks[h.rank] = std::move(s);
-    table[h.rank].len = h.addr_len;
-    std::memcpy(table[h.rank].bytes, addr, h.addr_len);
-    ++met;
-    log::trace(kLog, "{}: rank {} of {} checked in from {}", who, h.rank, nranks, listen.str());
+    if (group->second.count(h.rank)) { *why = fmt::format("duplicate rank {} (nranks {})", h.rank, h.nranks); return false; }
+    if (checked_in >= kMaxCheckedIn) { *why = "too many hellos held"; return false; }
+    Member m;
+    m.sock = std::move(s);
+    m.addr.len = h.addr_len;
+    std::memcpy(m.addr.bytes, addr, h.addr_len);
+    group->second.emplace(h.rank, std::move(m));
+    ++checked_in;
+    if (group->second.size() == h.nranks) complete = h.nranks;
+    log::trace(kLog, "{}: rank {} of {} checked in from {}", who, h.rank, h.nranks, listen.str());
     return true;
   };
   HelloGate gate(listener, secret, kHelloRoot, who);
-  HelloGate::End end = gate.run(deadline, AbortFlags(stop), admit, [&] { return nranks && met == nranks; });
+  HelloGate::End end = gate.run(deadline, AbortFlags(stop), admit, [&] { return complete != 0; });
   listener.close();
   if (end != HelloGate::End::done) {
     // At process exit (stop raised) nothing is logged: the logger may already be gone.
     if (end == HelloGate::End::timed_out) {
-      if (nranks) {
-        log::info(kLog, "{}: {} of {} ranks arrived before the deadline; giving up", who, met, nranks);
+      if (groups.size() == 1) {
+        log::info(kLog, "{}: {} of {} ranks arrived before the deadline; giving up", who,
+                  groups.begin()->second.size(), groups.begin()->first);
       } else {
-        log::info(kLog, "{}: no rank arrived before the deadline; giving up", who);
+        log::info(kLog, "{}: no complete set of ranks arrived before the deadline ({} rank counts claimed); giving up",
+                  who, groups.size());
       }
     }
     return;
   }
-  std::vector<std::uint8_t> answer(sizeof(std::uint64_t) + table.size() * sizeof(WireAddr));
-  std::uint64_t len = table.size() * sizeof(WireAddr);
+  std::map<std::uint32_t, Member>& members = groups[complete];
+  std::vector<std::uint8_t> answer(sizeof(std::uint64_t) + std::size_t(complete) * sizeof(WireAddr));
+  const std::uint64_t len = std::uint64_t(complete) * sizeof(WireAddr);
   std::memcpy(answer.data(), &len, sizeof(len));
-  std::memcpy(answer.data() + sizeof(len), table.data(), len);
+  for (auto& [rank, m] : members) std::memcpy(answer.data() + sizeof(len) + rank * sizeof(WireAddr), &m.addr, sizeof(WireAddr));
   int answered = 0;
-  for (std::uint32_t r = 0; r < nranks; ++r) {
-    if (!failed(net::send_all(socks[r], answer.data(), answer.size(), deadline, AbortFlags(stop)))) ++answered;
-    socks[r].close();
+  for (auto& [rank, m] : members) {
+    if (!failed(net::send_all(m.sock, answer.data(), answer.size(), deadline, AbortFlags(stop)))) ++answered;
+    m.sock.close();
   }
-  log::info(kLog, "{}: all {} ranks met; answered {}", who, nranks, answered);
+  if (groups.size() > 1) {
+    log::info(kLog, "{}: dropped {} hellos that claimed another rank count", who, checked_in - members.size());
+  }
+  log::info(kLog, "{}: all {} ranks met; answered {}", who, complete, answered);
 }
 
 // Root services run on threads owned here. At process exit every one still running is told to
@@ -429,8 +460,9 @@ struct OutFrame {
 struct Peer {
   Socket sock;                   // the fd never changes until the Bootstrap is destroyed
   std::atomic<bool> lost{false};
+  std::atomic<bool> departed{false};  // its farewell arrived: a later close is no failure
   std::string lost_why;
-  // Receiving: a header, then its payload straight into `body`.
+  // Receiving: a header, then its payload into `body`, which grows as the bytes arrive.
   std::uint8_t header_bytes[sizeof(FrameHeader)] = {};
   std::size_t header_got = 0;
   FrameHeader header{};
@@ -476,6 +508,15 @@ struct Bootstrap::Impl {
   const std::atomic<bool>* user_abort = nullptr;
   std::atomic<bool> aborted{false};
   mutable std::atomic<bool> any_lost{false};
+  // Held by every operation, and by failed_peer() while it reads pending traffic.
+  std::mutex op_mu;
+  std::atomic<const std::atomic<bool>*> interrupt{nullptr};
+  bool left = false;  // leave() sent its farewells (under op_mu)
+
+  bool interrupted() const {
+    const std::atomic<bool>* f = interrupt.load(std::memory_order_acquire);
+    return f && f->load(std::memory_order_acquire);
+  }
   std::vector<std::unique_ptr<Peer>> peers;  // by rank; the caller's own entry has no socket
   std::uint32_t coll_seq = 0;
   std::vector<pollfd> fds;
@@ -526,22 +567,33 @@ void Bootstrap::Impl::pump_in(int r) {
         if (p.header_got == sizeof(FrameHeader)) {
           std::memcpy(&p.header, p.header_bytes, sizeof(FrameHeader));
           p.header_got = 0;
+          if (p.header.kind == kFrameFarewell && p.header.len == 0) {
+            p.departed.store(true, std::memory_order_release);
+            continue;
+          }
           if (p.header.kind != kFrameP2p && p.header.kind != kFrameColl) {
             mark_lost(r, fmt::format("corrupt frame (kind {:#x})", p.header.kind));
             return;
           }
-          try {
-            p.body.resize(p.header.len);
-          } catch (const std::exception&) {
-            mark_lost(r, fmt::format("cannot hold a frame of {} bytes", p.header.len));
+          if (p.header.len > kMaxFrameBytes) {
+            mark_lost(r, fmt::format("corrupt frame ({} bytes announced)", p.header.len));
             return;
           }
+          p.body.clear();
           p.body_got = 0;
           p.in_body = true;
         }
       }
     } else {
-      std::size_t want = std::min<std::size_t>(p.body.size() - p.body_got, budget);
+      std::size_t want = std::min<std::size_t>(p.header.len - p.body_got, std::min(budget, kFrameGrowBytes));
+      if (want > 0 && p.body.size() < p.body_got + want) {
+        try {
+          p.body.resize(p.body_got + want);
+        } catch (const std::exception&) {
+          mark_lost(r, fmt::format("cannot hold a frame of {} bytes", p.header.len));
+          return;
+        }
+      }
       io = want ? net::recv_some(p.sock.fd(), p.body.data() + p.body_got, want, &n) : Io::done;
       p.body_got += n;
     }
@@ -549,7 +601,8 @@ void Bootstrap::Impl::pump_in(int r) {
     if (io == Io::closed) { mark_lost(r, "connection closed by the peer"); return; }
     if (io == Io::error) { mark_lost(r, fmt::format("recv failed: {}", std::strerror(errno))); return; }
     budget -= std::min(budget, n);
-    if (p.in_body && p.body_got == p.body.size()) {
+    if (p.in_body && p.body_got == p.header.len) {
+      p.body.resize(p.body_got);
       Frame f{p.header.seq, std::move(p.body)};
       (p.header.kind == kFrameP2p ? p.p2p : p.coll).push_back(std::move(f));
       p.body = {};
@@ -611,6 +664,7 @@ Status Bootstrap::Impl::progress(const char* what, const std::function<Status()>
   const Deadline deadline = op_deadline();
   for (;;) {
     if (flags().raised()) return fail(Status::remote_error, fmt::format("Bootstrap {}: aborted (rank {})", what, rank));
+    if (interrupted()) return fail(Status::remote_error, fmt::format("Bootstrap {}: interrupted (rank {})", what, rank));
     for (int r = 0; r < nranks; ++r) {
       if (r != rank && !peers[r]->out.empty()) pump_out(r);
     }
@@ -761,6 +815,7 @@ Status Bootstrap::create(const UniqueId& id, int rank, int nranks, const std::at
 
 Status Bootstrap::all_gather(const void* mine, std::size_t bytes, void* all) {
   Impl& m = *impl_;
+  std::lock_guard<std::mutex> op(m.op_mu);
   if (bytes && (!mine || !all)) return fail(Status::invalid_argument, "Bootstrap all_gather: null buffer");
   for (int r = 0; r < m.nranks; ++r) PURLIN_TRY(m.usable("all_gather", r));
   const std::uint32_t seq = m.coll_seq++;
@@ -814,6 +869,7 @@ Status Bootstrap::barrier() { return all_gather(nullptr, 0, nullptr); }
 
 Status Bootstrap::send(int peer, const void* data, std::size_t bytes) {
   Impl& m = *impl_;
+  std::lock_guard<std::mutex> op(m.op_mu);
   if (peer < 0 || peer >= m.nranks) {
     return fail(Status::invalid_argument, fmt::format("Bootstrap send: invalid peer {} (nranks {})", peer, m.nranks));
   }
@@ -837,6 +893,7 @@ Status Bootstrap::send(int peer, const void* data, std::size_t bytes) {
 
 Status Bootstrap::recv(int peer, void* data, std::size_t bytes) {
   Impl& m = *impl_;
+  std::lock_guard<std::mutex> op(m.op_mu);
   if (peer < 0 || peer >= m.nranks) {
     return fail(Status::invalid_argument, fmt::format("Bootstrap recv: invalid peer {} (nranks {})", peer, m.nranks));
   }
@@ -885,6 +942,64 @@ bool Bootstrap::peer_lost() const {
     }
   }
   return false;
+}
+
+void Bootstrap::set_interrupt(const std::atomic<bool>* flag) { impl_->interrupt.store(flag, std::memory_order_release); }
+
+void Bootstrap::leave() {
+  Impl& m = *impl_;
+  if (m.aborted.load(std::memory_order_acquire)) return;  // an abort is no orderly departure
+  std::lock_guard<std::mutex> op(m.op_mu);
+  if (m.left) return;
+  m.left = true;
+  const FrameHeader bye{kFrameFarewell, 0, 0};
+  const Deadline until = net::deadline_after(kFarewellWaitS);
+  for (int r = 0; r < m.nranks; ++r) {
+    Peer& p = *m.peers[r];
+    if (r == m.rank || p.lost.load(std::memory_order_acquire) || !p.out.empty()) continue;
+    // 16 bytes into an idle connection: the kernel takes them at once unless the peer stopped
+    // reading long ago, in which case it learns of our departure from the closed connection.
+    // Quietly: a peer that left first is no error here.
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(&bye);
+    std::size_t sent = 0;
+    while (sent < sizeof(bye)) {
+      std::size_t n = 0;
+      Io io = net::send_some(p.sock.fd(), bytes + sent, sizeof(bye) - sent, &n);
+      if (io == Io::done) {
+        sent += n;
+        continue;
+      }
+      pollfd pfd{p.sock.fd(), POLLOUT, 0};
+      if (io != Io::would_block || Clock::now() >= until || ::poll(&pfd, 1, net::slice_ms(until)) < 0) break;
+    }
+  }
+}
+
+int Bootstrap::failed_peer() {
+  Impl& m = *impl_;
+  if (m.aborted.load(std::memory_order_acquire)) return -1;
+  std::unique_lock<std::mutex> op(m.op_mu, std::try_to_lock);
+  if (op.owns_lock()) {
+    // Idle: read what is pending, so that farewells and closed connections are seen.
+    m.fds.clear();
+    m.fd_rank.clear();
+    for (int r = 0; r < m.nranks; ++r) {
+      const Peer& p = *m.peers[r];
+      if (r == m.rank || p.lost.load(std::memory_order_relaxed)) continue;
+      m.fds.push_back(pollfd{p.sock.fd(), POLLIN, 0});
+      m.fd_rank.push_back(r);
+    }
+    if (!m.fds.empty() && ::poll(m.fds.data(), m.fds.size(), 0) > 0) {
+      for (std::size_t i = 0; i < m.fds.size(); ++i) {
+        if (m.fds[i].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) m.pump_in(m.fd_rank[i]);
+      }
+    }
+  }
+  for (int r = 0; r < m.nranks; ++r) {
+    const Peer& p = *m.peers[r];
+    if (r != m.rank && p.lost.load(std::memory_order_acquire) && !p.departed.load(std::memory_order_acquire)) return r;
+  }
+  return -1;
 }
 
 }  // namespace purlin

@@ -58,6 +58,20 @@ class Bootstrap {
   // liveness check.
   bool peer_lost() const;
 
+  // While set, operations also end with remote_error when *flag is raised, and the Bootstrap stays
+  // usable (a split whose new communicator is aborted while the ranks exchange). Any thread; null
+  // clears it.
+  void set_interrupt(const std::atomic<bool>* flag);
+
+  // Tells every peer that this rank is leaving in good order (the communicator is finalized or
+  // destroyed, not aborted), so that its closing connection is not taken for a death. Best effort,
+  // never blocks for long, sends once; call it when this rank has no more operations to make.
+  void leave();
+  // The liveness check, for a watcher thread: the lowest rank whose connection closed without a
+  // leave() (its process died, or it aborted), or -1. Reads pending traffic only when no operation
+  // is in progress (an operation reads it itself). Never blocks.
+  int failed_peer();
+
   struct Impl;
  private:
   explicit Bootstrap(std::unique_ptr<Impl> impl);

@@ -68,4 +68,19 @@ int gpu_sm_count(int device) {
 #endif
 }
 
+int cuda_pointer_device(const void* ptr) {
+#if defined(PURLIN_HAVE_CUDA)
+  if (ptr == nullptr || cuda_device_count() == 0) return -1;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return a.type == cudaMemoryTypeDevice ? a.device : -1;
+#else
+  (void)ptr;
+  return -1;
+#endif
+}
+
 }  // namespace purlin

@@ -14,5 +14,8 @@ int cuda_current_device();
 std::uint64_t gpu_identity(int device);
 // Multiprocessors of a device (0 for none).
 int gpu_sm_count(int device);
+// The device whose memory `ptr` points into, or -1 (host or managed memory, an unknown pointer, no
+// CUDA). About a microsecond: one cudaPointerGetAttributes.
+int cuda_pointer_device(const void* ptr);
 
 }  // namespace purlin

@@ -72,11 +72,13 @@ NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size
   return enqueue(comm, std::move(o), stream);
 }
 
-NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-         int root, ncclComm_t comm, cudaStream_t stream) {
+namespace {
+// ncclBroadcast and ncclBcast: the errors name the function called.
+ncclResult_t broadcast(const char* fn, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                       int root, ncclComm_t comm, cudaStream_t stream) {
   DataType t;
   ReduceOp r;
-  CollCheck c{"ncclBroadcast", comm, sendbuff, recvbuff, count, datatype};
+  CollCheck c{fn, comm, sendbuff, recvbuff, count, datatype};
   c.rooted = true;
   c.root = root;
   c.send_needed = comm && is_live(comm) && comm->rank == root;
@@ -90,10 +92,16 @@ NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size
   o.mid_bytes = o.out[comm->rank].bytes;
   return enqueue(comm, std::move(o), stream);
 }
+}  // namespace
+
+NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  return broadcast("ncclBroadcast", sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
 
 NCCL_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
          cudaStream_t stream) {
-  return pncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+  return broadcast("ncclBcast", buff, buff, count, datatype, root, comm, stream);
 }
 
 NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,

@@ -1,6 +1,7 @@
 // Communicator life cycle: ids, init (blocking and non-blocking), split, shrink, finalize, destroy,
 // abort, revoke, and the queries.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include "core/cuda_probe.h"
 #include "core/log.h"
 #include "nccl_shim/argcheck.h"
+#include "nccl_shim/comm_work.h"
 #include "nccl_shim/fallback.h"
 #include "nccl_shim/shim.h"
 
@@ -69,21 +71,25 @@ ncclResult_t choose_device(const char* fn, int* device) {
   return ncclSuccess;
 }
 
-void init_body(ncclComm* comm, purlin::UniqueId id, int rank, int nranks) {
+ncclResult_t init_work(ncclComm* comm, const purlin::UniqueId& id, int rank, int nranks) {
   snac::Communicator::Options opt;
   opt.device = comm->device;
   log::set_thread_device(comm->device);
   Status s = snac::Communicator::create(id, rank, nranks, opt, &comm->abort_flag, &comm->impl);
   if (s == Status::ok) s = Fallback::attach(comm, &comm->fallback);
-  if (s != Status::ok) {
-    propagate(comm, s);
-    comm->async_error.store(static_cast<int>(s));
-    return;
-  }
-  comm->async_error.store(ncclSuccess);
+  if (s != Status::ok) return propagate(comm, s);
+  comm->impl_ready.store(true, std::memory_order_release);  // impl and fallback are set
+  if (comm->revoked.load()) comm->impl->revoke();  // revoked while it was being created
+  return ncclSuccess;
 }
 
-// Allocates the comm, then joins the ranks now (blocking) or on a thread (non-blocking).
+// Frees a comm that never reached its caller's hands.
+void discard(ncclComm* comm) {
+  unregister_comm(comm);
+  delete comm;
+}
+
+// Allocates the comm, then joins the ranks now (blocking) or in the background (non-blocking).
 ncclResult_t start_comm(const char* fn, ncclComm_t* out, int nranks, const purlin::UniqueId& id, int rank,
                         const Settings& settings) {
   int device = -1;
@@ -93,22 +99,15 @@ ncclResult_t start_comm(const char* fn, ncclComm_t* out, int nranks, const purli
   comm->nranks = nranks;
   comm->device = device;
   comm->blocking = settings.blocking;
-  comm->async_error.store(ncclInProgress);
   register_comm(comm);
-  *out = comm;
-  if (settings.blocking) {
-    init_body(comm, id, rank, nranks);
-    int e = comm->async_error.load();
-    if (e != ncclSuccess) {
-      unregister_comm(comm);
-      delete comm;
-      *out = nullptr;
-      return static_cast<ncclResult_t>(e);
-    }
-    return ncclSuccess;
+  ncclResult_t r = run_work(comm, [comm, id, rank, nranks] { return init_work(comm, id, rank, nranks); },
+                            Settle::every_error);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    discard(comm);
+    return r;
   }
-  comm->init_thread = std::thread(init_body, comm, id, rank, nranks);
-  return ncclInProgress;
+  *out = comm;
+  return r;
 }
 
 ncclResult_t check_init_args(const char* fn, ncclComm_t* out, int nranks, int rank, const void* id) {
@@ -127,59 +126,118 @@ ncclResult_t check_id(const char* fn, const purlin::UniqueId& id) {
   return ncclSuccess;
 }
 
-void join_init(ncclComm* comm) {
-  if (comm->init_thread.joinable()) comm->init_thread.join();
-}
-
-// Frees everything of a comm; `abort` first makes every wait end.
+// Frees everything of a comm. With `abort` every wait of its calls ends first; without, the calls
+// in flight are waited for.
 ncclResult_t teardown(ncclComm* comm, bool abort) {
+  unregister_comm(comm);  // no new use is taken from here on
   if (abort) {
     comm->abort_flag.store(true);
+    if (comm->impl_ready.load(std::memory_order_acquire)) {
+      if (comm->fallback) comm->fallback->abort();
+      comm->impl->abort();
+    }
+  }
+  wait_idle(comm);  // calls in flight, in any thread; they also start the background work
+  join_background(comm);
+  // A child whose creation runs on its parent's background thread settles when that ends.
+  while (comm->async_error.load(std::memory_order_acquire) == ncclInProgress)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (abort) {
     if (comm->fallback) comm->fallback->abort();
     if (comm->impl) comm->impl->abort();
   }
-  join_init(comm);
-  unregister_comm(comm);
   for (auto* r : comm->registrations) delete r;
   delete comm;
   return ncclSuccess;
 }
 
-ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* config, ncclComm_t* newcomm,
-                       const std::function<Status(const snac::Communicator::Options&,
-                                                  std::unique_ptr<snac::Communicator>*)>& make) {
+using MakeChild = std::function<Status(const snac::Communicator::Options&, std::atomic<bool>* abort,
+                                       std::unique_ptr<snac::Communicator>*)>;
+
+// Split and shrink: `make` creates the child's Communicator (none for a rank that joins none,
+// `joins` false). Blocking: now. Non-blocking: the child is returned at once in ncclInProgress and
+// both it and the parent settle when the work, run on the parent's background thread, ends.
+ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* config, bool joins, ncclComm_t* newcomm,
+                       MakeChild make) {
   Settings settings;
   settings.blocking = parent->blocking;
   if (ncclResult_t r = read_config(fn, config, &settings); r != ncclSuccess) return r;
   snac::Communicator::Options opt;
   opt.device = parent->device;
-  std::unique_ptr<snac::Communicator> child;
-  Status s = make(opt, &child);
-  if (s != Status::ok) return propagate(parent, s);
-  if (!child) {
-    *newcomm = nullptr;
+  ncclComm* child = nullptr;
+  if (joins) {
+    child = new ncclComm();
+    child->rank = -1;
+    child->nranks = 0;
+    child->device = parent->device;
+    child->blocking = settings.blocking;
+    child->async_error.store(ncclInProgress);
+    register_comm(child);
+  }
+  auto work = [fn, parent, child, opt, make = std::move(make)]() -> ncclResult_t {
+    InUse use(parent);
+    if (!use) {
+      if (child) child->async_error.store(ncclInvalidArgument, std::memory_order_release);
+      return fail(nullptr, ncclInvalidArgument, fmt::format("{}: the parent communicator was destroyed", fn));
+    }
+    std::atomic<bool> own_abort{false};
+    std::unique_ptr<snac::Communicator> made;
+    Status s = make(opt, child ? &child->abort_flag : &own_abort, &made);
+    if (s == Status::ok && child && !made) s = fail(Status::internal_error, fmt::format("{}: no communicator made", fn));
+    ncclResult_t r = s == Status::ok ? ncclSuccess : propagate(parent, s);
+    if (child) {
+      if (r == ncclSuccess) {
+        child->rank = made->rank();
+        child->nranks = made->nranks();
+        child->impl = std::move(made);
+        s = Fallback::attach(child, &child->fallback);
+        if (s == Status::ok) child->impl_ready.store(true, std::memory_order_release);
+        else r = propagate(parent, s);
+      }
+      if (r != ncclSuccess) propagate(child, s);
+      child->async_error.store(r, std::memory_order_release);  // the last touch of the child here
+    }
+    return r;
+  };
+  if (parent->blocking) {
+    ncclResult_t r = work();
+    if (r != ncclSuccess) {
+      if (child) discard(child);
+      return r;
+    }
+    *newcomm = child;
     return ncclSuccess;
   }
-  auto* comm = new ncclComm();
-  comm->rank = child->rank();
-  comm->nranks = child->nranks();
-  comm->device = parent->device;
-  comm->blocking = settings.blocking;
-  comm->impl = std::move(child);
-  s = Fallback::attach(comm, &comm->fallback);
-  if (s != Status::ok) {
-    delete comm;
-    return propagate(parent, s);
+  *newcomm = child;
+  ncclResult_t r = run_work(parent, std::move(work));
+  if (r != ncclInProgress && child) {  // no thread could be started: nothing runs
+    child->async_error.store(r);
+    discard(child);
+    *newcomm = nullptr;
   }
-  register_comm(comm);
-  *newcomm = comm;
+  return r;
+}
+
+// A communicator whose previous work is done, as NCCL's ncclCommEnsureReady sees it: in progress
+// is invalid_argument (poll ncclCommGetAsyncError first), a failure is reported as itself.
+ncclResult_t ensure_ready(const char* fn, ncclComm* comm) {
+  if (comm == nullptr || !is_live(comm)) return check_comm(fn, comm);
+  ncclResult_t state = comm_state(comm);
+  if (state == ncclInProgress)
+    return fail(comm, ncclInvalidArgument,
+                fmt::format("{}: the communicator's previous operation is still in progress (poll ncclCommGetAsyncError)", fn));
+  if (state != ncclSuccess)
+    return fail(comm, state, fmt::format("{}: the communicator is in error state ({}): {}; abort it", fn,
+                                         ncclGetErrorString(state), failure_reason(comm)));
   return ncclSuccess;
 }
 
 }  // namespace
 
 void register_comm(ncclComm* comm) {
+  static std::uint64_t next_serial = 0;
   std::unique_lock g(g_registry_mutex);
+  comm->serial = ++next_serial;
   registry().insert(comm);
 }
 
@@ -192,6 +250,19 @@ void unregister_comm(ncclComm* comm) {
 bool is_live(const ncclComm* comm) {
   std::shared_lock g(g_registry_mutex);
   return registry().count(comm) != 0 && comm->magic == ncclComm::kMagic;
+}
+
+bool is_live(const ncclComm* comm, std::uint64_t serial) {
+  std::shared_lock g(g_registry_mutex);
+  return registry().count(comm) != 0 && comm->magic == ncclComm::kMagic && comm->serial == serial;
+}
+
+bool acquire_use(ncclComm* comm, std::uint64_t serial) {
+  std::shared_lock g(g_registry_mutex);
+  if (registry().count(comm) == 0 || comm->magic != ncclComm::kMagic || (serial != 0 && comm->serial != serial))
+    return false;
+  comm->users.fetch_add(1, std::memory_order_acq_rel);
+  return true;
 }
 
 }  // namespace purlin::shim
@@ -269,47 +340,72 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* 
 
 NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
   const char* fn = "ncclCommSplit";
-  if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess) return r;
+  InUse use(comm);
+  if (!use) return check_comm(fn, comm);
+  if (ncclResult_t r = ensure_ready(fn, comm); r != ncclSuccess) return r;
   if (newcomm == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
   *newcomm = nullptr;
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
     return fail(comm, ncclInvalidArgument, fmt::format("ncclCommSplit: invalid color {}", color));
-  return new_child(fn, comm, config, newcomm, [&](const snac::Communicator::Options& o, auto* out) {
-    return comm->impl->split(color, key, o, out);
-  });
+  return new_child(fn, comm, config, color >= 0, newcomm,
+                   [comm, color, key](const snac::Communicator::Options& o, std::atomic<bool>* abort, auto* out) {
+                     return comm->impl->split(color, key, o, abort, out);
+                   });
 }
 
+// A failed communicator may be shrunk: that is how its survivors go on.
 NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
          ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
   const char* fn = "ncclCommShrink";
-  if (comm == nullptr || !is_live(comm)) return check_comm(fn, comm);
+  InUse use(comm);
+  if (!use) return check_comm(fn, comm);
+  if (comm_state(comm) == ncclInProgress) return ensure_ready(fn, comm);
   if (newcomm == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommShrink: newcomm is NULL");
   *newcomm = nullptr;
   if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT)
     return fail(comm, ncclInvalidArgument, fmt::format("ncclCommShrink: invalid flags {:#x}", shrinkFlags));
-  if (excludeRanksCount < 0 || (excludeRanksCount > 0 && excludeRanksList == nullptr))
-    return fail(comm, ncclInvalidArgument, fmt::format("ncclCommShrink: invalid exclude list ({} ranks)", excludeRanksCount));
+  if (excludeRanksList == nullptr || excludeRanksCount <= 0)
+    return fail(comm, ncclInvalidArgument,
+                fmt::format("ncclCommShrink: invalid exclude list ({} ranks at {})", excludeRanksCount,
+                            static_cast<const void*>(excludeRanksList)));
+  if (!comm->impl_ready.load(std::memory_order_acquire))
+    return fail(comm, ncclInvalidUsage, "ncclCommShrink: the communicator's initialisation failed");
   std::vector<int> excluded(excludeRanksList, excludeRanksList + excludeRanksCount);
-  for (int r : excluded)
+  for (int r : excluded) {
     if (r < 0 || r >= comm->nranks)
       return fail(comm, ncclInvalidArgument, fmt::format("ncclCommShrink: invalid rank {} to exclude (nranks {})", r, comm->nranks));
-  if (shrinkFlags == NCCL_SHRINK_ABORT && comm->impl) comm->impl->abort();
-  if (!comm->impl) return fail(comm, ncclInvalidUsage, "ncclCommShrink: comm was not initialised");
-  return new_child(fn, comm, config, newcomm, [&](const snac::Communicator::Options& o, auto* out) {
-    return comm->impl->shrink(excluded, o, out);
-  });
+    if (r == comm->rank)
+      return fail(comm, ncclInvalidArgument, fmt::format("ncclCommShrink: rank {} excludes itself", r));
+  }
+  // Stops the parent's collectives in flight; the bootstrap goes on serving the shrink.
+  if (shrinkFlags == NCCL_SHRINK_ABORT) comm->impl->revoke();
+  return new_child(fn, comm, config, true, newcomm,
+                   [comm, excluded](const snac::Communicator::Options& o, std::atomic<bool>* abort, auto* out) {
+                     return comm->impl->shrink(excluded, o, abort, out);
+                   });
 }
 
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
-  if (comm == nullptr || !is_live(comm)) return check_comm("ncclCommFinalize", comm);
-  join_init(comm);
-  // Work completes before each call returns on the host datapath; nothing is left to flush.
-  return ncclSuccess;
+  const char* fn = "ncclCommFinalize";
+  if (comm == nullptr) return ncclSuccess;  // as NCCL
+  InUse use(comm);
+  if (!use) return check_comm(fn, comm);
+  if (ncclResult_t r = ensure_ready(fn, comm); r != ncclSuccess) return r;
+  if (comm->finalized.exchange(true))
+    return fail(comm, ncclInvalidArgument, "ncclCommFinalize: the communicator was already finalized or revoked");
+  // Every call's work is complete (host) or ordered on its stream (GPU) when the call settles:
+  // nothing is left to flush but the farewell; a non-blocking communicator answers in progress.
+  return run_work(comm, [comm] {
+    InUse use(comm);
+    if (use) comm->impl->finalize();
+    return ncclSuccess;
+  });
 }
 
 NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;  // as NCCL
   if (!is_live(comm)) return check_comm("ncclCommDestroy", comm);
+  if (comm_state(comm) == ncclInProgress) return ensure_ready("ncclCommDestroy", comm);
   return teardown(comm, false);
 }
 
@@ -319,35 +415,44 @@ NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   return teardown(comm, true);
 }
 
+// Local and prompt: the collectives in flight end (with ncclInvalidUsage), later ones are refused
+// with ncclInvalidUsage; split, shrink, destroy and abort still work. A non-blocking communicator
+// answers ncclInProgress and settles once the calls in flight have ended.
 NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
-  if (comm == nullptr || !is_live(comm)) return check_comm("ncclCommRevoke", comm);
+  const char* fn = "ncclCommRevoke";
+  if (comm == nullptr) return ncclSuccess;  // as NCCL
+  InUse use(comm);
+  if (!use) return check_comm(fn, comm);
   if (revokeFlags != NCCL_REVOKE_DEFAULT)
-    return fail(comm, ncclInvalidArgument, fmt::format("ncclCommRevoke: invalid flags {:#x}", revokeFlags));
-  comm->revoked.store(true);
-  comm->abort_flag.store(true);
-  if (comm->impl) comm->impl->abort();
-  return ncclSuccess;
+    return fail(comm, ncclInvalidArgument, fmt::format("{}: invalid flags {:#x}", fn, revokeFlags));
+  if (comm->finalized.load())
+    return fail(comm, ncclInvalidArgument, fmt::format("{}: the communicator was finalized", fn));
+  if (comm->revoked.exchange(true)) return fail(comm, ncclInvalidArgument, fmt::format("{}: already revoked", fn));
+  comm->finalized.store(true);  // as NCCL: a revoked communicator cannot be finalized
+  // An init still running revokes what it creates; its own settling ends the revoke.
+  if (!comm->impl_ready.load(std::memory_order_acquire))
+    return comm_state(comm) == ncclInProgress ? ncclInProgress : ncclSuccess;
+  comm->impl->revoke();
+  join_background(comm);  // non-blocking work in flight ends now
+  // Settled once the calls in flight have ended (a blocking revoke waits here, holding its own use).
+  const int own = comm->blocking ? 1 : 0;
+  return run_work(comm, [comm, own] {
+    wait_idle(comm, own);
+    return ncclSuccess;
+  });
 }
 
 NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
   if (comm == nullptr || !is_live(comm)) return check_comm("ncclCommGetAsyncError", comm);
   if (asyncError == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
-  int e = comm->async_error.load(std::memory_order_acquire);
-  if (e == ncclSuccess && comm->impl) {
-    Status s = comm->impl->async_status();
-    if (s == Status::ok && comm->fallback) s = comm->fallback->async_status();
-    if (s != Status::ok) {
-      e = static_cast<int>(s);
-      comm->async_error.store(e);
-    }
-  }
-  *asyncError = static_cast<ncclResult_t>(e);
+  *asyncError = comm_state(comm);
   return ncclSuccess;
 }
 
 NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
   if (comm == nullptr || !is_live(comm)) return check_comm("ncclCommCount", comm);
   if (count == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommCount: count is NULL");
+  if (ncclResult_t r = ensure_ready("ncclCommCount", comm); r != ncclSuccess) return r;
   *count = comm->nranks;
   return ncclSuccess;
 }
@@ -355,6 +460,7 @@ NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
 NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
   if (comm == nullptr || !is_live(comm)) return check_comm("ncclCommCuDevice", comm);
   if (device == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
+  if (ncclResult_t r = ensure_ready("ncclCommCuDevice", comm); r != ncclSuccess) return r;
   *device = comm->device;
   return ncclSuccess;
 }
@@ -362,6 +468,7 @@ NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
 NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
   if (comm == nullptr || !is_live(comm)) return check_comm("ncclCommUserRank", comm);
   if (rank == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommUserRank: rank is NULL");
+  if (ncclResult_t r = ensure_ready("ncclCommUserRank", comm); r != ncclSuccess) return r;
   *rank = comm->rank;
   return ncclSuccess;
 }

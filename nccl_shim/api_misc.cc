@@ -81,9 +81,15 @@ NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar, 
   std::lock_guard<std::mutex> g(comm->mutex);
   std::size_t index = 0;
   while (index < comm->redops.size() && comm->redops[index].live) ++index;
-  if (index == comm->redops.size()) comm->redops.push_back(slot);
-  else comm->redops[index] = slot;
-  *op = static_cast<ncclRedOp_t>(ncclNumOps + static_cast<int>(index));
+  if (index == ncclComm::kRedOpSlots)
+    return fail(nullptr, ncclInvalidUsage, fmt::format("{}: {} operators are live; destroy some first", fn, index));
+  if (index == comm->redops.size()) {
+    comm->redops.push_back(slot);
+  } else {
+    slot.generation = (comm->redops[index].generation + 1) % ncclComm::kRedOpGenerations;
+    comm->redops[index] = slot;
+  }
+  *op = static_cast<ncclRedOp_t>(ncclNumOps + static_cast<int>(index + slot.generation * ncclComm::kRedOpSlots));
   return ncclSuccess;
 }
 
@@ -93,11 +99,10 @@ NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
   int o = static_cast<int>(op);
   if (o < ncclNumOps)
     return fail(comm, ncclInvalidArgument, fmt::format("{}: operator {} is built in, not user-created", fn, o));
-  std::size_t index = static_cast<std::size_t>(o - ncclNumOps);
   {
     std::lock_guard<std::mutex> g(comm->mutex);
-    if (index < comm->redops.size() && comm->redops[index].live) {
-      comm->redops[index].live = false;
+    if (ncclComm::RedOpSlot* slot = comm->redop(o)) {
+      slot->live = false;
       return ncclSuccess;
     }
   }

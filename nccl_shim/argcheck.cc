@@ -2,8 +2,12 @@
 
 #include <cstdint>
 #include <limits>
+#include <tuple>
 
 #include <fmt/format.h>
+
+#include "core/cuda_probe.h"
+#include "nccl_shim/comm_work.h"
 
 namespace purlin::shim {
 
@@ -13,14 +17,18 @@ ncclResult_t check_comm(const char* fn, ncclComm_t comm) {
     return fail(nullptr, ncclInvalidArgument,
                 fmt::format("{}: comm {} is not a live communicator (destroyed or corrupted)", fn,
                             static_cast<const void*>(comm)));
-  int state = comm->async_error.load();
+  // As NCCL: using a communicator whose previous (non-blocking) operation has not settled is an
+  // invalid argument; a failed communicator reports its failure.
+  const ncclResult_t state = comm_state(comm);
   if (state == ncclInProgress)
-    return fail(comm, ncclInvalidUsage, fmt::format("{}: comm is still initialising (poll ncclCommGetAsyncError)", fn));
+    return fail(comm, ncclInvalidArgument,
+                fmt::format("{}: the communicator's previous operation is still in progress (poll ncclCommGetAsyncError)", fn));
   if (comm->revoked.load()) return fail(comm, ncclInvalidUsage, fmt::format("{}: comm was revoked", fn));
   if (state != ncclSuccess)
-    return fail(comm, static_cast<ncclResult_t>(state),
-                fmt::format("{}: comm is in error state ({}); abort and re-create it", fn,
-                            ncclGetErrorString(static_cast<ncclResult_t>(state))));
+    return fail(comm, state,
+                fmt::format("{}: comm is in error state ({}): {}; abort and re-create it", fn,
+                            ncclGetErrorString(state), failure_reason(comm)));
+  if (comm->finalized.load()) return fail(comm, ncclInvalidUsage, fmt::format("{}: comm was finalized", fn));
   return ncclSuccess;
 }
 
@@ -39,14 +47,13 @@ ncclResult_t check_coll(const CollCheck& c, DataType* type, ReduceOp* op) {
       *op = ReduceOp{static_cast<RedOpKind>(o), 0, nullptr, comm->nranks};
     } else {
       // Read the slot under the lock; report (which takes the lock again) after releasing it.
-      std::size_t slot = static_cast<std::size_t>(o - ncclNumOps);
       bool live = false;
       ncclComm::RedOpSlot found;
       {
         std::lock_guard<std::mutex> g(comm->mutex);
-        if (o >= ncclNumOps && slot < comm->redops.size() && comm->redops[slot].live) {
+        if (const ncclComm::RedOpSlot* slot = comm->redop(o)) {
           live = true;
-          found = comm->redops[slot];
+          found = *slot;
         }
       }
       if (!live) return fail(comm, ncclInvalidArgument, fmt::format("{}: invalid reduction operator {}", c.fn, o));
@@ -67,6 +74,15 @@ ncclResult_t check_coll(const CollCheck& c, DataType* type, ReduceOp* op) {
       return fail(comm, ncclInvalidArgument, fmt::format("{}: sendbuff is NULL with count {}", c.fn, c.count));
     if (c.recv_needed && c.recv == nullptr)
       return fail(comm, ncclInvalidArgument, fmt::format("{}: recvbuff is NULL with count {}", c.fn, c.count));
+    // Memory of another GPU: NCCL checks it only under NCCL_CHECK_POINTERS=1; its kernels then fault.
+    if (comm->device >= 0) {
+      for (auto [what, ptr, needed] : {std::tuple{"sendbuff", c.send, c.send_needed}, std::tuple{"recvbuff", c.recv, c.recv_needed}}) {
+        const int d = needed ? cuda_pointer_device(ptr) : -1;
+        if (d >= 0 && d != comm->device)
+          return fail(comm, ncclInvalidArgument, fmt::format("{}: {} {} is memory of device {}, the communicator's is device {}",
+                                                             c.fn, what, ptr, d, comm->device));
+      }
+    }
   }
   return ncclSuccess;
 }

@@ -89,7 +89,7 @@ Status Fallback::attach(ncclComm* comm, std::unique_ptr<Fallback>* out) {
   if (layout.hosts() > 1) {
     snac::Communicator::Options opt;
     opt.device = comm->device;
-    PURLIN_TRY(world.split(layout.host_of(me), me, opt, &f->host_));
+    PURLIN_TRY(world.split(layout.host_of(me), me, opt, &comm->abort_flag, &f->host_));
     f->local_ = f->host_.get();
   }
   PURLIN_TRY(use_device(comm->device));

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include "core/log.h"
+#include "nccl_shim/argcheck.h"
+#include "nccl_shim/comm_work.h"
 #include "nccl_shim/fallback.h"
 
 namespace purlin::shim {
@@ -14,6 +16,7 @@ namespace {
 
 struct Batch {
   ncclComm* comm;
+  std::uint64_t serial;  // the comm's, to tell it from a later one at the same address
   cudaStream_t stream;
   std::vector<snac::Op> ops;
   std::vector<snac::PeerOp> p2p;
@@ -29,11 +32,20 @@ thread_local GroupState tls_group;
 Batch& batch_for(ncclComm* comm, cudaStream_t stream) {
   for (Batch& b : tls_group.batches)
     if (b.comm == comm) return b;
-  tls_group.batches.push_back(Batch{comm, stream, {}, {}});
+  tls_group.batches.push_back(Batch{comm, comm->serial, stream, {}, {}});
   return tls_group.batches.back();
 }
 
-ncclResult_t run_batch(Batch& b) {
+// A communicator destroyed or aborted between the call and the end of its group.
+ncclResult_t gone(const Batch& b) {
+  return fail(nullptr, ncclInvalidUsage,
+              fmt::format("ncclGroupEnd: communicator {} was destroyed or aborted before its calls ran; its {} calls "
+                          "are dropped", static_cast<const void*>(b.comm), b.ops.size() + b.p2p.size()));
+}
+
+ncclResult_t run_batch(const Batch& b) {
+  InUse use(b.comm, b.serial);
+  if (!use) return gone(b);
   Status s = b.comm->fallback ? b.comm->fallback->execute(b.ops, b.p2p, b.stream)
                               : b.comm->impl->execute(b.ops, b.p2p, b.stream);
   if (s != Status::ok) {
@@ -48,18 +60,34 @@ ncclResult_t run_batch(Batch& b) {
 ncclResult_t flush() {
   std::vector<Batch> batches = std::move(tls_group.batches);
   tls_group.batches.clear();
-  if (batches.empty()) return ncclSuccess;
-  if (batches.size() == 1) return run_batch(batches[0]);
-  // Several communicators (e.g. one per rank in this process): each waits for its peers, so they
-  // must run at the same time.
-  std::vector<ncclResult_t> results(batches.size(), ncclSuccess);
-  std::vector<std::thread> threads;
-  for (std::size_t i = 0; i < batches.size(); ++i)
-    threads.emplace_back([&, i] { results[i] = run_batch(batches[i]); });
-  for (auto& t : threads) t.join();
-  for (ncclResult_t r : results)
-    if (r != ncclSuccess) return r;
-  return ncclSuccess;
+  ncclResult_t result = ncclSuccess;
+  auto note = [&result](ncclResult_t r) {
+    if (result == ncclSuccess || (result == ncclInProgress && r != ncclSuccess)) result = r;
+  };
+  // Non-blocking communicators run their batch in the background; blocking ones run here.
+  std::vector<const Batch*> now;
+  for (Batch& b : batches) {
+    InUse use(b.comm, b.serial);  // held while this thread touches the comm
+    if (!use) {
+      note(gone(b));
+    } else if (b.comm->blocking) {
+      now.push_back(&b);
+    } else {
+      note(run_work(b.comm, [b] { return run_batch(b); }));
+    }
+  }
+  if (now.size() == 1) {
+    note(run_batch(*now[0]));
+  } else if (now.size() > 1) {
+    // Several communicators (e.g. one per rank in this process): each waits for its peers, so they
+    // must run at the same time.
+    std::vector<ncclResult_t> results(now.size(), ncclSuccess);
+    std::vector<std::thread> threads;
+    for (std::size_t i = 0; i < now.size(); ++i) threads.emplace_back([&, i] { results[i] = run_batch(*now[i]); });
+    for (auto& t : threads) t.join();
+    for (ncclResult_t r : results) note(r);
+  }
+  return result;
 }
 
 }  // namespace
@@ -92,12 +120,20 @@ ncclResult_t group_simulate_end(float* us) {
 }
 
 ncclResult_t enqueue(ncclComm* comm, snac::Op op, cudaStream_t stream) {
-  batch_for(comm, stream).ops.push_back(std::move(op));
+  {
+    InUse use(comm);
+    if (!use) return check_comm("ncclGroupEnd", comm);  // destroyed by another thread meanwhile
+    batch_for(comm, stream).ops.push_back(std::move(op));
+  }
   return tls_group.depth == 0 ? flush() : ncclSuccess;
 }
 
 ncclResult_t enqueue_p2p(ncclComm* comm, const snac::PeerOp& p, cudaStream_t stream) {
-  batch_for(comm, stream).p2p.push_back(p);
+  {
+    InUse use(comm);
+    if (!use) return check_comm("ncclGroupEnd", comm);
+    batch_for(comm, stream).p2p.push_back(p);
+  }
   return tls_group.depth == 0 ? flush() : ncclSuccess;
 }
 

@@ -30,24 +30,44 @@ class Fallback;  // nccl_shim/fallback.h
 struct ncclComm {
   static constexpr std::uint64_t kMagic = 0x50524c4e434f4d4dull;  // "PRLNCOMM"
   std::uint64_t magic = kMagic;
-  std::unique_ptr<purlin::snac::Communicator> impl;
+  std::uint64_t serial = 0;  // unique per communicator of the process (set at registration)
+  std::unique_ptr<purlin::snac::Communicator> impl;  // set once, before impl_ready
   int rank = 0;
   int nranks = 0;
   int device = -1;
   bool blocking = true;
-  std::atomic<int> async_error{ncclSuccess};  // ncclInProgress while a non-blocking init runs
+  // ncclInProgress while work of a non-blocking call runs, else ncclSuccess or an error that
+  // broke the communicator outside impl (its init failed). ncclCommGetAsyncError adds impl's.
+  std::atomic<int> async_error{ncclSuccess};
+  std::atomic<bool> impl_ready{false};
   std::atomic<bool> revoked{false};
+  std::atomic<bool> finalized{false};
   std::atomic<bool> abort_flag{false};
-  std::thread init_thread;  // non-blocking init
-  std::mutex mutex;          // last_error and redops
+  std::atomic<int> users{0};  // calls running on impl, in any thread; teardown waits for them
+  std::thread background;     // the work of non-blocking calls (init included), one at a time
+  std::mutex mutex;           // last_error and redops
   std::string last_error;
 
+  // User reduction operators. A handle is ncclNumOps + slot + (generation << 16): a slot is reused
+  // after ncclRedOpDestroy with the next generation, so a destroyed handle is never taken for the
+  // operator that reuses its slot.
   struct RedOpSlot {
     bool live = false;
+    std::uint32_t generation = 0;
     purlin::ReduceOp op{};
     purlin::DataType type = purlin::DataType::f32;
   };
+  static constexpr std::size_t kRedOpSlots = 1u << 16;
+  static constexpr std::uint32_t kRedOpGenerations = 1u << 14;
   std::vector<RedOpSlot> redops;
+  // The live slot a handle names, or null. Call with `mutex` held.
+  RedOpSlot* redop(int handle) {
+    if (handle < ncclNumOps) return nullptr;
+    const auto v = static_cast<std::uint32_t>(handle - ncclNumOps);
+    const std::size_t index = v % kRedOpSlots;
+    if (index >= redops.size() || !redops[index].live || redops[index].generation != v / kRedOpSlots) return nullptr;
+    return &redops[index];
+  }
 
   // Buffers registered with ncclCommRegister / ncclCommWindowRegister (GPU communicators). The
   // datapath stages them like any buffer for now; registration records them so that deregistration
@@ -72,10 +92,14 @@ namespace purlin::shim {
 inline ncclResult_t to_nccl(Status s) { return static_cast<ncclResult_t>(s); }
 
 // Registers a live communicator / forgets it; `is_live` tells a comm from garbage or a destroyed one
-// without dereferencing it.
+// without dereferencing it. `serial` also tells it from a later comm at the same address.
 void register_comm(ncclComm* comm);
 void unregister_comm(ncclComm* comm);
 bool is_live(const ncclComm* comm);
+bool is_live(const ncclComm* comm, std::uint64_t serial);
+// Counts a use of `comm` (users) if it is live (and its serial is `serial`, when not 0), atomically
+// with the check; see InUse.
+bool acquire_use(ncclComm* comm, std::uint64_t serial);
 
 // Records `message` as the comm's (and the thread's) last error, logs WARN, returns `code`.
 ncclResult_t fail(ncclComm* comm, ncclResult_t code, const std::string& message);

@@ -3,8 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <random>
+#include <shared_mutex>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -15,6 +18,39 @@
 #include "snac/window.h"
 
 namespace purlin::snac {
+namespace {
+
+// Watchers must not act while the process runs its static destructors (the logger may be gone):
+// the first watcher creates this guard, after the logger and the configuration are in use, so it
+// is destroyed before them; from then on watchers only wait to be stopped. A watcher holds the
+// lock shared while it acts, so the guard's destructor also waits for one in the middle of it.
+struct ExitGuard {
+  std::shared_mutex* mu = new std::shared_mutex();  // never freed: watchers may outlive the guard
+  bool* exiting = new bool(false);
+  ~ExitGuard() {
+    std::unique_lock<std::shared_mutex> g(*mu);
+    *exiting = true;
+  }
+};
+
+ExitGuard& exit_guard() {
+  static ExitGuard guard;
+  return guard;
+}
+
+// The new communicator's abort flag also ends the exchanges of a split or shrink on the parent.
+class Interrupt {
+ public:
+  Interrupt(Bootstrap& b, const std::atomic<bool>* flag) : b_(b) { b_.set_interrupt(flag); }
+  ~Interrupt() { b_.set_interrupt(nullptr); }
+  Interrupt(const Interrupt&) = delete;
+  Interrupt& operator=(const Interrupt&) = delete;
+
+ private:
+  Bootstrap& b_;
+};
+
+}  // namespace
 
 Status Communicator::create(const UniqueId& id, int rank, int nranks, const Options& options,
                             const std::atomic<bool>* abort, std::unique_ptr<Communicator>* out) {
@@ -44,6 +80,7 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Opti
     // No datapath: the bootstrap and the layout serve the caller's hand-over to NCCL.
     comm->policy_ = policy_for(DatapathKind::host, nranks, 1, 0);
     PURLIN_TRY(comm->bootstrap_->barrier());
+    PURLIN_TRY(comm->start_watching());
     log::info(log::kInit, "comm rank {} nranks {}: no Purlin datapath ({})", rank, nranks, comm->declined_);
     *out = std::move(comm);
     return Status::ok;
@@ -68,12 +105,89 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Opti
     PURLIN_TRY(make_host_executor(args, &comm->executor_));
   }
   PURLIN_TRY(comm->bootstrap_->barrier());
+  PURLIN_TRY(comm->start_watching());
   log::info(log::kInit, "comm rank {} nranks {} datapath {} ready", rank, nranks, comm->executor_->datapath());
   *out = std::move(comm);
   return Status::ok;
 }
 
-Communicator::~Communicator() = default;
+Communicator::~Communicator() {
+  stop_watching();
+  // Tells the peers that the connection closing next is an orderly departure, not a death.
+  if (bootstrap_ && !aborted_.load()) bootstrap_->leave();
+}
+
+Status Communicator::start_watching() {
+  exit_guard();
+  try {
+    watcher_ = std::thread([this] { watch(); });
+  } catch (const std::system_error& e) {
+    return fail(Status::system_error, fmt::format("cannot start the communicator's watcher thread: {}", e.what()));
+  }
+  return Status::ok;
+}
+
+void Communicator::watch() {
+  // Copies: the guard object itself is gone once the process exits.
+  std::shared_mutex* const exit_mu = exit_guard().mu;
+  const bool* const exiting = exit_guard().exiting;
+  std::unique_lock<std::mutex> l(watch_mu_);
+  for (;;) {
+    watch_cv_.wait_for(l, std::chrono::milliseconds(kWatchPeriodMs), [this] { return watch_stop_; });
+    if (watch_stop_) return;
+    if (aborted_.load() || failure_.load() != 0) continue;  // nothing left to find
+    std::shared_lock<std::shared_mutex> alive(*exit_mu);
+    if (*exiting) continue;
+    const int dead = bootstrap_->failed_peer();
+    if (dead >= 0) {
+      // Not logged here: the calls that fail because of it report it on their own threads.
+      set_failure(Status::remote_error,
+                  fmt::format("rank {} of {}: rank {} left without a farewell (its process died or it aborted)", rank_,
+                              nranks_, dead),
+                  false);
+    }
+  }
+}
+
+void Communicator::stop_watching() {
+  {
+    std::lock_guard<std::mutex> g(watch_mu_);
+    watch_stop_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+void Communicator::set_failure(Status s, std::string why, bool report) {
+  {
+    std::lock_guard<std::mutex> g(failure_mu_);
+    if (failure_.load() != 0) return;  // the first failure is the one reported
+    failure_why_ = why;
+    failure_.store(static_cast<int>(s), std::memory_order_release);
+  }
+  if (report) fail(s, why);
+  if (executor_) executor_->abort();
+}
+
+Status Communicator::async_status() const {
+  if (int f = failure_.load(std::memory_order_acquire); f != 0) return static_cast<Status>(f);
+  return executor_ ? executor_->async_status() : Status::ok;
+}
+
+std::string Communicator::failure_reason() const {
+  std::lock_guard<std::mutex> g(failure_mu_);
+  return failure_why_;
+}
+
+Status Communicator::refusal() const {
+  if (revoked_.load())
+    return fail(Status::invalid_usage,
+                "the communicator's collectives were stopped (ncclCommRevoke, or ncclCommShrink with NCCL_SHRINK_ABORT)");
+  if (int f = failure_.load(std::memory_order_acquire); f != 0)
+    return fail(static_cast<Status>(f), "the communicator failed: " + failure_reason());
+  if (aborted_.load()) return fail(Status::remote_error, "the communicator was aborted");
+  return Status::ok;
+}
 
 std::string Communicator::supports(const Op& op) const {
   if (!executor_) return declined_;
@@ -83,8 +197,34 @@ std::string Communicator::supports(const Op& op) const {
 
 void Communicator::abort() {
   aborted_.store(true);
+  {
+    std::lock_guard<std::mutex> g(child_mu_);
+    if (child_abort_) child_abort_->store(true);
+  }
   if (executor_) executor_->abort();
   if (bootstrap_) bootstrap_->abort();
+}
+
+Status Communicator::create_child(const UniqueId& id, int rank, int nranks, const Options& options,
+                                  std::atomic<bool>* abort, std::unique_ptr<Communicator>* out) {
+  {
+    std::lock_guard<std::mutex> g(child_mu_);
+    if (aborted_.load()) abort->store(true);
+    child_abort_ = abort;
+  }
+  Status s = create(id, rank, nranks, options, abort, out);
+  std::lock_guard<std::mutex> g(child_mu_);
+  child_abort_ = nullptr;
+  return s;
+}
+
+void Communicator::finalize() {
+  if (bootstrap_) bootstrap_->leave();
+}
+
+void Communicator::revoke() {
+  revoked_.store(true);
+  if (executor_) executor_->abort();
 }
 
 namespace {
@@ -109,14 +249,18 @@ Op plan(const Op& op, const Policy& policy) {
 }  // namespace
 
 Status Communicator::execute(const std::vector<Op>& ops, const std::vector<PeerOp>& p2p, void* stream) {
-  if (aborted_.load()) return fail(Status::remote_error, "the communicator was aborted or failed");
+  PURLIN_TRY(refusal());
   if (!executor_) return fail(Status::invalid_usage, fmt::format("no Purlin datapath serves this communicator: {}", declined_));
+  // A failed call leaves the protocol state inconsistent across ranks: the communicator is broken.
+  // A call that revoke() or a dead peer stopped says why.
+  auto failed_with = [this](Status s) {
+    if (revoked_.load() || failure_.load() != 0 || aborted_.load()) return refusal();
+    set_failure(s, last_error(), false);  // the datapath reported it already
+    return s;
+  };
   for (const Op& op : ops) {
     Status s = executor_->execute(plan(op, policy_), stream);
-    if (s != Status::ok) {
-      aborted_.store(true);
-      return s;
-    }
+    if (s != Status::ok) return failed_with(s);
   }
   if (p2p.empty()) return Status::ok;
   // Round k holds the k-th send and the k-th receive of every peer.
@@ -138,10 +282,7 @@ Status Communicator::execute(const std::vector<Op>& ops, const std::vector<PeerO
   }
   for (const Op& op : rounds) {
     Status s = executor_->execute(op, stream);
-    if (s != Status::ok) {
-      aborted_.store(true);
-      return s;
-    }
+    if (s != Status::ok) return failed_with(s);
   }
   return Status::ok;
 }
@@ -171,7 +312,10 @@ Status Communicator::distribute_id(const std::vector<int>& members, UniqueId* id
   return Status::ok;
 }
 
-Status Communicator::split(int color, int key, const Options& options, std::unique_ptr<Communicator>* out) {
+Status Communicator::split(int color, int key, const Options& options, std::atomic<bool>* abort,
+                           std::unique_ptr<Communicator>* out) {
+  if (!abort) abort = &child_abort_own_;
+  Interrupt interrupt(*bootstrap_, abort);
   struct Entry {
     std::int32_t color, key, rank;
   } mine{color, key, rank_};
@@ -195,11 +339,13 @@ Status Communicator::split(int color, int key, const Options& options, std::uniq
   std::sort(by_rank.begin(), by_rank.end());
   UniqueId id{};
   PURLIN_TRY(distribute_id(by_rank, &id));
-  return create(id, new_rank, static_cast<int>(members.size()), options, &aborted_, out);
+  return create_child(id, new_rank, static_cast<int>(members.size()), options, abort, out);
 }
 
-Status Communicator::shrink(const std::vector<int>& excluded, const Options& options,
+Status Communicator::shrink(const std::vector<int>& excluded, const Options& options, std::atomic<bool>* abort,
                             std::unique_ptr<Communicator>* out) {
+  if (!abort) abort = &child_abort_own_;
+  Interrupt interrupt(*bootstrap_, abort);
   std::vector<int> members;
   int new_rank = -1;
   for (int r = 0; r < nranks_; ++r) {
@@ -210,7 +356,7 @@ Status Communicator::shrink(const std::vector<int>& excluded, const Options& opt
   if (new_rank < 0) return fail(Status::invalid_argument, fmt::format("ncclCommShrink: rank {} excludes itself", rank_));
   UniqueId id{};
   PURLIN_TRY(distribute_id(members, &id));
-  return create(id, new_rank, static_cast<int>(members.size()), options, nullptr, out);
+  return create_child(id, new_rank, static_cast<int>(members.size()), options, abort, out);
 }
 
 }  // namespace purlin::snac

@@ -1,11 +1,19 @@
 // A communicator as SNAC sees it: the bootstrap that joined the ranks, the executor of the datapath
 // serving them, and the group semantics (one fused execution per group, Send/Recv matched in order).
+//
+// Faults: a watcher thread checks the peers' bootstrap connections every kWatchPeriodMs. A peer
+// whose connection closes without a farewell (its process died, or it aborted) fails the
+// communicator: every wait of the datapath ends, async_status() reports remote_error, and later
+// collectives fail at once. Split and shrink go on working among the ranks still connected.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/bootstrap.h"
@@ -60,22 +68,52 @@ class Communicator {
   // datapath's copy bandwidth, both from the policy table (rough figures, not measured per machine).
   double estimate_us(const std::vector<Op>& ops, const std::vector<PeerOp>& p2p) const;
 
-  // Any thread: ends every wait in progress with an error; later operations fail.
+  // Any thread: ends every wait in progress (datapath and bootstrap) with an error; later
+  // operations fail. Peers see this rank fail.
   void abort();
   bool aborted() const { return aborted_.load(); }
-  // An error the datapath found after a call returned.
-  Status async_status() const { return executor_ ? executor_->async_status() : Status::ok; }
+  // Any thread: ends every wait of the datapath in progress; later collectives fail with
+  // invalid_usage. The bootstrap stays usable for split and shrink (ncclCommRevoke, and
+  // ncclCommShrink with NCCL_SHRINK_ABORT).
+  void revoke();
+  // This rank makes no more calls (ncclCommFinalize): its peers are told that its departure, by
+  // destroy or by abort, is no failure.
+  void finalize();
+  // A failure found outside any call: a dead peer (the watcher) or an error of the datapath after
+  // a call returned (GPU). Plain loads; never blocks.
+  Status async_status() const;  // (no datapath: the failures the watcher found)
+  // The message that goes with a failure async_status() reports.
+  std::string failure_reason() const;
 
   // Collective over this communicator: the ranks passing the same color form a new communicator,
   // ordered by key then by rank here. color < 0: this rank joins none (*out stays null).
-  Status split(int color, int key, const Options& options, std::unique_ptr<Communicator>* out);
+  // `abort` (may be null) ends the new communicator's creation when raised; abort() of this
+  // communicator raises it too while the creation runs.
+  Status split(int color, int key, const Options& options, std::atomic<bool>* abort,
+               std::unique_ptr<Communicator>* out);
   // Among the ranks not excluded (the excluded ranks do not call): a new communicator of them in
-  // this communicator's order. Uses only point-to-point messages between the survivors.
-  Status shrink(const std::vector<int>& excluded, const Options& options, std::unique_ptr<Communicator>* out);
+  // this communicator's order. Uses only point-to-point messages between the survivors. `abort` as
+  // for split.
+  Status shrink(const std::vector<int>& excluded, const Options& options, std::atomic<bool>* abort,
+                std::unique_ptr<Communicator>* out);
 
  private:
   Communicator() = default;
   Status distribute_id(const std::vector<int>& members, UniqueId* id);
+  // Creates a child communicator while abort() may raise `abort`.
+  Status create_child(const UniqueId& id, int rank, int nranks, const Options& options, std::atomic<bool>* abort,
+                      std::unique_ptr<Communicator>* out);
+  // The watcher: checks the peers until stop_watching(); records a dead peer as the failure.
+  Status start_watching();
+  void watch();
+  void stop_watching();
+  // Records the first failure and ends the datapath's waits; `report` also logs it and makes it the
+  // calling thread's last error.
+  void set_failure(Status s, std::string why, bool report);
+  // The error a collective reports when the communicator cannot run it (revoked, failed, aborted).
+  Status refusal() const;
+
+  static constexpr int kWatchPeriodMs = 100;
 
   int rank_ = 0;
   int nranks_ = 1;
@@ -85,7 +123,18 @@ class Communicator {
   HostLayout layout_;
   std::string declined_;
   Policy policy_;
-  std::atomic<bool> aborted_{false};
+  std::atomic<bool> aborted_{false};  // abort(): everything stops, children being created too
+  std::atomic<bool> revoked_{false};  // revoke(): collectives stop, the bootstrap goes on
+  std::atomic<int> failure_{0};       // a Status: the first failure of a call or of a peer
+  mutable std::mutex failure_mu_;
+  std::string failure_why_;
+  std::mutex child_mu_;
+  std::atomic<bool>* child_abort_ = nullptr;  // the flag of a child being created
+  std::atomic<bool> child_abort_own_{false};  // used when the caller gives none
+  std::thread watcher_;
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  bool watch_stop_ = false;
 };
 
 }  // namespace purlin::snac

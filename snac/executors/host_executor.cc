@@ -1,4 +1,5 @@
 // The host datapath bound to SNAC: windows in POSIX shared memory, the protocol's roles on threads.
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -71,6 +72,16 @@ class Worker {
 class HostExecutor final : public Executor {
  public:
   Status init(const ExecutorArgs& args) {
+    Status s = map_windows(args);
+    if (failed(s)) {
+      // A peer that failed between creating its segment and the exchange's end would leave its
+      // name in /dev/shm for good: remove every rank's (the names are unique to this communicator).
+      for (int r = 0; r < args.bootstrap->nranks(); ++r) shm_unlink(segment_name(args.tag, r).c_str());
+    }
+    return s;
+  }
+
+  Status map_windows(const ExecutorArgs& args) {
     Bootstrap& boot = *args.bootstrap;
     policy_ = args.policy;
     timeout_s_ = args.timeout_s;
@@ -84,7 +95,11 @@ class HostExecutor final : public Executor {
     for (int r = 0; r < n; ++r)
       if (r != me) PURLIN_TRY(ShmSegment::open(segment_name(args.tag, r), geo_.total, &segments_[r]));
     PURLIN_TRY(boot.barrier());
-    segments_[me].unlink();  // every peer has it mapped: leave nothing behind in /dev/shm
+    // Every rank has mapped every segment: leave nothing behind in /dev/shm. Each rank removes
+    // every name, so that one killed right after the exchange leaves no name behind either.
+    segments_[me].unlink();
+    for (int r = 0; r < n; ++r)
+      if (r != me) shm_unlink(segment_name(args.tag, r).c_str());
     windows_.resize(n);
     for (int r = 0; r < n; ++r) windows_[r] = Window::at(segments_[r].data(), geo_);
     state_ = std::make_unique<LocalState>();

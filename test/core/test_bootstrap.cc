@@ -616,3 +616,183 @@ TEST_CASE("bootstrap: NCCL_COMM_ID puts the root in rank 0 at a fixed address", 
   REQUIRE(WIFEXITED(wstatus));
   CHECK(WEXITSTATUS(wstatus) == 0);
 }
+
+TEST_CASE("bootstrap: a farewell tells a departure from a failure", "[core][bootstrap]") {
+  UniqueId id{};
+  REQUIRE(purlin::make_unique_id(&id) == Status::ok);
+  std::unique_ptr<Bootstrap> b[4];
+  Status created[4];
+  on_threads(4, [&](int r) { created[r] = Bootstrap::create(id, r, 4, nullptr, &b[r]); });
+  for (Status s : created) REQUIRE(s == Status::ok);
+  CHECK(b[0]->failed_peer() == -1);
+
+  // Rank 1 leaves in good order: rank 0 sees its connection close, and no failure.
+  b[1]->leave();
+  b[1].reset();
+  int seen = -1;
+  for (int i = 0; i < 25 && seen < 0; ++i) {
+    seen = b[0]->failed_peer();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(seen == -1);
+  CHECK(b[0]->peer_lost());
+
+  // Rank 2 goes without a farewell (as a killed process would): rank 0 sees it within moments.
+  b[2].reset();
+  const auto t1 = Clock::now();
+  int failed = -1;
+  while ((failed = b[0]->failed_peer()) < 0 && seconds_since(t1) < 5) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(failed == 2);
+  CHECK(seconds_since(t1) < 1.0);
+
+  // An abort is no orderly departure either, even when leave() follows.
+  b[3]->abort();
+  b[3]->leave();
+  b[3].reset();
+  std::uint64_t v = 7;
+  CHECK(b[0]->send(0, &v, sizeof(v)) == Status::ok);  // the bootstrap itself goes on
+  CHECK(b[0]->recv(0, &v, sizeof(v)) == Status::ok);
+  CHECK(b[0]->failed_peer() == 2);  // the lowest failed rank
+}
+
+TEST_CASE("bootstrap: set_interrupt ends one operation and leaves the bootstrap usable", "[core][bootstrap]") {
+  UniqueId id{};
+  REQUIRE(purlin::make_unique_id(&id) == Status::ok);
+  std::unique_ptr<Bootstrap> b[2];
+  Status created[2];
+  on_threads(2, [&](int r) { created[r] = Bootstrap::create(id, r, 2, nullptr, &b[r]); });
+  REQUIRE(created[0] == Status::ok);
+  REQUIRE(created[1] == Status::ok);
+
+  std::atomic<bool> flag{false};
+  b[0]->set_interrupt(&flag);
+  Status got = Status::ok;
+  Clock::time_point returned;
+  std::thread waiter([&] {
+    std::uint64_t v = 0;
+    got = b[0]->recv(1, &v, sizeof(v));
+    returned = Clock::now();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto raised_at = Clock::now();
+  flag.store(true);
+  waiter.join();
+  CHECK(got == Status::remote_error);
+  CHECK(std::chrono::duration<double>(returned - raised_at).count() < 1.0);
+  b[0]->set_interrupt(nullptr);
+
+  const std::uint64_t sent = 0x5eed;
+  REQUIRE(b[1]->send(0, &sent, sizeof(sent)) == Status::ok);
+  std::uint64_t v = 0;
+  CHECK(b[0]->recv(1, &v, sizeof(v)) == Status::ok);
+  CHECK(v == sent);
+  CHECK(b[0]->failed_peer() == -1);
+  CHECK(b[1]->failed_peer() == -1);
+}
+
+namespace {
+
+std::uint64_t resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  unsigned long long size = 0, resident = 0;
+  if (std::fscanf(f, "%llu %llu", &size, &resident) != 2) resident = 0;
+  std::fclose(f);
+  return resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+bool recv_exact(int fd, void* data, std::size_t bytes) {
+  auto* p = static_cast<std::uint8_t*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::recv(fd, p, bytes, 0);
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+// Plays rank 1 of 2 by hand against a real rank 0, up to the mesh connection, and returns it
+// (-1 on failure). With the right secret a hostile peer gets exactly this far.
+int join_as_rank1(const UniqueId& id) {
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in me{};
+  me.sin_family = AF_INET;
+  me.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(me);
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&me), sizeof(me)) != 0 || ::listen(listener, 4) != 0 ||
+      ::getsockname(listener, reinterpret_cast<sockaddr*>(&me), &len) != 0) {
+    ::close(listener);
+    return -1;
+  }
+  int root = raw_connect(root_of(id));
+  if (root < 0) {
+    ::close(listener);
+    return -1;
+  }
+  auto hello = root_hello(id.secret, 1, 2, sizeof(sockaddr_in), sizeof(sockaddr_in));
+  std::memcpy(&hello[32], &me, sizeof(me));
+  raw_send(root, hello.data(), hello.size());
+  std::uint64_t table_bytes = 0;
+  std::vector<std::uint8_t> table(64);
+  bool ok = recv_exact(root, &table_bytes, sizeof(table_bytes)) && table_bytes == 64 &&
+            recv_exact(root, table.data(), table.size());
+  ::close(root);
+  ::close(listener);
+  if (!ok) return -1;
+  std::uint32_t addr_len = 0;
+  std::memcpy(&addr_len, &table[0], 4);
+  purlin::net::Address rank0;
+  if (!purlin::net::Address::from_bytes(&table[4], addr_len, &rank0)) return -1;
+  int mesh = -1;
+  for (int i = 0; i < 100 && mesh < 0; ++i) {
+    mesh = raw_connect(rank0);
+    if (mesh < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (mesh < 0) return -1;
+  auto mesh_hello = root_hello(id.secret, 1, 2, 0, 0);
+  const std::uint32_t kind = 0x4853454d;  // "MESH"
+  std::memcpy(&mesh_hello[16], &kind, 4);
+  raw_send(mesh, mesh_hello.data(), mesh_hello.size());
+  return mesh;
+}
+
+}  // namespace
+
+TEST_CASE("bootstrap: a frame's announced length costs memory only as its bytes arrive", "[core][bootstrap]") {
+  for (std::uint64_t announced : {std::uint64_t(1) << 34, std::uint64_t(3) << 30}) {
+    CAPTURE(announced);
+    UniqueId id{};
+    REQUIRE(purlin::make_unique_id(&id) == Status::ok);
+    std::unique_ptr<Bootstrap> b;
+    Status created = Status::internal_error;
+    std::thread rank0([&] { created = Bootstrap::create(id, 0, 2, nullptr, &b); });
+    const int fd = join_as_rank1(id);
+    rank0.join();
+    REQUIRE(fd >= 0);
+    REQUIRE(created == Status::ok);
+
+    Status got = Status::ok;
+    std::thread waiter([&] {
+      std::uint64_t v = 0;
+      got = b->recv(1, &v, sizeof(v));
+    });
+    const std::uint64_t before = resident_bytes();
+    std::uint8_t header[16] = {};
+    const std::uint32_t p2p = 1;
+    std::memcpy(&header[0], &p2p, 4);
+    std::memcpy(&header[8], &announced, 8);
+    raw_send(fd, header, sizeof(header));
+    const std::vector<std::uint8_t> some(4096, 0x5a);
+    raw_send(fd, some.data(), some.size());
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const std::uint64_t grown = resident_bytes() - std::min(before, resident_bytes());
+    CHECK(grown < (std::uint64_t(64) << 20));
+    ::close(fd);
+    waiter.join();
+    CHECK(got == Status::remote_error);  // the peer left in the middle of the frame
+    CHECK(b->failed_peer() == 1);
+  }
+}

@@ -489,7 +489,15 @@ void allreduce_on(Rank& rk, ncclComm_t comm, const std::vector<int>& members, in
   rk.slab.reset();
   const Staged<T> call(rk.slab, Coll::AllReduce, me, sub.n, count, 0, false, content, 5);
   rk.journal.take();
-  if (!rk.report.expect(ncclAllReduce(call.send, call.recv, count, ncclInt64, ncclSum, comm, nullptr), label, comm)) return;
+  ncclResult_t rc = ncclAllReduce(call.send, call.recv, count, ncclInt64, ncclSum, comm, nullptr);
+  // A non-blocking communicator answers in progress; its state settles when the work is done.
+  const auto start = std::chrono::steady_clock::now();
+  while (rc == ncclInProgress && seconds_since(start) < 120) {
+    ncclResult_t state = ncclInProgress;
+    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess || state != ncclInProgress) rc = state;
+    else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!rk.report.expect(rc, label, comm)) return;
   call.check(rk.report, label);
   check_journal(sub, Coll::AllReduce, Op::sum, count, sizeof(std::int64_t), 0, rk.journal.take());
 }

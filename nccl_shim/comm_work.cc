@@ -1,0 +1,63 @@
+#include "nccl_shim/comm_work.h"
+
+#include <chrono>
+#include <system_error>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "nccl_shim/fallback.h"
+
+namespace purlin::shim {
+namespace {
+
+bool breaks_comm(ncclResult_t r) {
+  return r != ncclSuccess && r != ncclInProgress && r != ncclInvalidArgument && r != ncclInvalidUsage;
+}
+
+}  // namespace
+
+ncclResult_t run_work(ncclComm* comm, std::function<ncclResult_t()> work, Settle settle) {
+  if (comm->blocking) return work();
+  join_background(comm);  // the previous work has settled; its thread may still be returning
+  comm->async_error.store(ncclInProgress, std::memory_order_release);
+  try {
+    comm->background = std::thread([comm, settle, work = std::move(work)] {
+      const ncclResult_t r = work();
+      const bool keep = settle == Settle::every_error ? r != ncclSuccess : breaks_comm(r);
+      comm->async_error.store(keep ? r : ncclSuccess, std::memory_order_release);
+    });
+  } catch (const std::system_error& e) {
+    comm->async_error.store(ncclSuccess, std::memory_order_release);
+    return fail(comm, ncclSystemError, fmt::format("cannot start the communicator's background thread: {}", e.what()));
+  }
+  return ncclInProgress;
+}
+
+void join_background(ncclComm* comm) {
+  if (comm->background.joinable()) comm->background.join();
+}
+
+void wait_idle(const ncclComm* comm, int own) {
+  while (comm->users.load(std::memory_order_acquire) > own) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+ncclResult_t comm_state(const ncclComm* comm) {
+  const int e = comm->async_error.load(std::memory_order_acquire);
+  if (e != ncclSuccess) return static_cast<ncclResult_t>(e);
+  // impl is written before impl_ready is raised and never changes afterwards.
+  if (comm->impl_ready.load(std::memory_order_acquire)) {
+    if (Status s = comm->impl->async_status(); s != Status::ok) return to_nccl(s);
+    if (comm->fallback) {
+      if (Status s = comm->fallback->async_status(); s != Status::ok) return to_nccl(s);
+    }
+  }
+  return ncclSuccess;
+}
+
+std::string failure_reason(const ncclComm* comm) {
+  if (!comm->impl_ready.load(std::memory_order_acquire)) return {};
+  return comm->impl->failure_reason();
+}
+
+}  // namespace purlin::shim

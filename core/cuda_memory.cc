@@ -46,6 +46,21 @@ void ipc_close(void* ptr) {
   if (ptr) cudaIpcCloseMemHandle(ptr);
 }
 
+Status enable_peer_access(int device, int peer) {
+  if (device == peer) return Status::ok;
+  int can = 0;
+  PURLIN_TRY(check(cudaDeviceCanAccessPeer(&can, device, peer), "cudaDeviceCanAccessPeer"));
+  if (!can)
+    return fail(Status::system_error,
+                fmt::format("device {} cannot access device {}'s memory (no peer access between them)", device, peer));
+  cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
+  if (e == cudaErrorPeerAccessAlreadyEnabled) {
+    cudaGetLastError();
+    return Status::ok;
+  }
+  return check(e, "cudaDeviceEnablePeerAccess");
+}
+
 Status host_mapped_alloc(std::size_t bytes, void** host, void** device) {
   PURLIN_TRY(check(cudaHostAlloc(host, bytes, cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc"));
   std::memset(*host, 0, bytes);

@@ -23,6 +23,11 @@ Status ipc_export(void* ptr, IpcHandle* out);
 Status ipc_import(const IpcHandle& handle, void** ptr);
 void ipc_close(void* ptr);
 
+// Lets kernels on the current device (`device`) read and write `peer`'s memory through plain
+// pointers, as ranks of one process on different GPUs need. Enabling twice is not an error; a
+// pair of devices without peer access (no NVLink, no PCIe P2P) is.
+Status enable_peer_access(int device, int peer);
+
 // Pinned, mapped host memory: `host` for the CPU, `device` for kernels.
 Status host_mapped_alloc(std::size_t bytes, void** host, void** device);
 void host_mapped_free(void* host);

@@ -37,6 +37,18 @@ int cuda_current_device() {
 #endif
 }
 
+bool cuda_set_current_device(int device) {
+#if defined(PURLIN_HAVE_CUDA)
+  if (device < 0 || device >= cuda_device_count()) return false;
+  if (cudaSetDevice(device) == cudaSuccess) return true;
+  cudaGetLastError();
+  return false;
+#else
+  (void)device;
+  return false;
+#endif
+}
+
 std::uint64_t gpu_identity(int device) {
 #if defined(PURLIN_HAVE_CUDA)
   if (device < 0) return 0;

@@ -10,6 +10,8 @@ namespace purlin {
 int cuda_device_count();
 // The calling thread's current device, or -1 when there is none.
 int cuda_current_device();
+// Makes `device` the calling thread's current device; false when that fails or there is no CUDA.
+bool cuda_set_current_device(int device);
 // A 64-bit identity of a device, equal across processes (hash of its PCI bus id); 0 for none.
 std::uint64_t gpu_identity(int device);
 // Multiprocessors of a device (0 for none).

@@ -316,7 +316,7 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* 
   if (comms == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclCommInitAll: comms is NULL");
   if (ndev < 1) return fail(nullptr, ncclInvalidArgument, fmt::format("ncclCommInitAll: invalid ndev {}", ndev));
   if (devlist) {
-    int gpus = cuda_device_count();
+    const int gpus = cuda_device_count();
     for (int i = 0; i < ndev; ++i)
       if (devlist[i] < 0 || (gpus > 0 && devlist[i] >= gpus))
         return fail(nullptr, ncclInvalidArgument,
@@ -326,8 +326,21 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* 
   if (ncclResult_t r = pncclGetUniqueId(&id); r != ncclSuccess) return r;
   std::vector<ncclResult_t> results(ndev, ncclSuccess);
   std::vector<std::thread> threads;
+  // Rank i runs on devlist[i]; without a list on device i, wrapping round when there are more
+  // ranks than visible devices (several ranks then share a GPU).
+  const int gpus = cuda_device_count();
+  for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
   for (int i = 0; i < ndev; ++i)
-    threads.emplace_back([&, i] { results[i] = pncclCommInitRank(&comms[i], ndev, id, i); });
+    threads.emplace_back([&, i] {
+      if (gpus > 0) {
+        const int device = devlist ? devlist[i] : i % gpus;
+        if (!cuda_set_current_device(device)) {
+          results[i] = fail(nullptr, ncclUnhandledCudaError, fmt::format("ncclCommInitAll: cannot use device {}", device));
+          return;
+        }
+      }
+      results[i] = pncclCommInitRank(&comms[i], ndev, id, i);
+    });
   for (auto& t : threads) t.join();
   for (int i = 0; i < ndev; ++i)
     if (results[i] != ncclSuccess) {

@@ -1,16 +1,18 @@
 // The correctness matrix on a GPU: every collective x type x op x in/out-of-place x count x root,
 // ranks as processes (fork; run under MPS when they share a GPU) or as threads of one process
-// (ncclCommInitAll with a repeated device), eager and CUDA-graph captured (captured once, replayed
+// (ncclCommInitAll), on one GPU or spread over several (--gpus), eager and CUDA-graph captured (captured once, replayed
 // three times with fresh inputs). Inputs are seeded random, outputs poisoned; the reference is the
 // host datapath's own arithmetic (reduce_host), so a pass means bit-identical to the host datapath.
 //
-// Usage: test_gpu_matrix [--ranks N] [--threads] [--graph] [--quick] [--filter NAME]
+// Usage: test_gpu_matrix [--ranks N] [--threads] [--graph] [--quick] [--filter NAME] [--gpus G]
+// Rank r runs on device r % G; G defaults to 1 (every rank on device 0), 0 means every visible one.
 // Prints "N passed, N failed" (or a skip line when no GPU is usable) and exits non-zero on failure.
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -53,6 +55,7 @@ struct Options {
   bool graph = false;
   bool quick = false;
   std::string filter;
+  int gpus = 1;
 };
 
 std::uint64_t mix(std::uint64_t x) {
@@ -362,7 +365,14 @@ int main(int argc, char** argv) {
     else if (a == "--graph") o.graph = true;
     else if (a == "--quick") o.quick = true;
     else if (a == "--filter" && i + 1 < argc) o.filter = argv[++i];
+    else if (a == "--gpus" && i + 1 < argc) o.gpus = std::atoi(argv[++i]);
   }
+  // Only ranks touch CUDA: a process that initialised CUDA cannot hand it to the children it forks.
+  auto gpus_used = [&o] {
+    const int visible = std::max(usable_gpus(), 1);
+    return o.gpus <= 0 ? visible : std::min(o.gpus, visible);
+  };
+  auto device_of = [&](int rank) { return rank % gpus_used(); };
   if (o.threads && usable_gpus() == 0) {
     std::printf("SKIPPED: no CUDA device usable on this machine\n0 passed, 0 failed, 1 skipped\n");
     return 77;
@@ -370,8 +380,8 @@ int main(int argc, char** argv) {
   int passed = 0, failed = 0;
   if (o.threads) {
     std::vector<ncclComm_t> comms(o.ranks);
-    std::vector<int> devs(o.ranks, 0);
-    CUDA_OK(cudaSetDevice(0));
+    std::vector<int> devs(o.ranks);
+    for (int r = 0; r < o.ranks; ++r) devs[r] = device_of(r);
     if (ncclCommInitAll(comms.data(), o.ranks, devs.data()) != ncclSuccess) {
       std::printf("FAIL ncclCommInitAll\n0 passed, 1 failed\n");
       return 1;
@@ -382,11 +392,12 @@ int main(int argc, char** argv) {
       ranks[r].me = r;
       ranks[r].n = o.ranks;
       ranks[r].comm = comms[r];
+      CUDA_OK(cudaSetDevice(devs[r]));
       allocate(ranks[r], o);  // before any kernel runs: allocation may synchronise the device
     }
     for (int r = 0; r < o.ranks; ++r) {
       threads.emplace_back([&, r] {
-        CUDA_OK(cudaSetDevice(0));
+        CUDA_OK(cudaSetDevice(devs[r]));
         CUDA_OK(cudaStreamCreateWithFlags(&ranks[r].stream, cudaStreamNonBlocking));
         run_rank(ranks[r], o);
       });
@@ -415,7 +426,7 @@ int main(int argc, char** argv) {
         Rank R;
         R.me = r;
         R.n = o.ranks;
-        CUDA_OK(cudaSetDevice(0));
+        CUDA_OK(cudaSetDevice(device_of(r)));
         CUDA_OK(cudaStreamCreateWithFlags(&R.stream, cudaStreamNonBlocking));
         if (ncclCommInitRank(&R.comm, o.ranks, id, r) != ncclSuccess) {
           std::printf("FAIL init rank %d\n", r);
@@ -454,8 +465,10 @@ int main(int argc, char** argv) {
       return 77;
     }
   }
-  std::printf("%s %d ranks (%s%s): %d passed, %d failed\n", failed ? "FAILED" : "OK", o.ranks,
-              o.threads ? "threads" : "processes", o.graph ? ", eager and graph" : ", eager", passed, failed);
+  const int gpus = o.gpus == 1 ? 1 : gpus_used();  // every rank has finished with CUDA by now
+  std::printf("%s %d ranks on %d GPU%s (%s%s): %d passed, %d failed\n", failed ? "FAILED" : "OK", o.ranks, gpus,
+              gpus == 1 ? "" : "s", o.threads ? "threads" : "processes", o.graph ? ", eager and graph" : ", eager",
+              passed, failed);
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

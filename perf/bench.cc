@@ -1,6 +1,7 @@
 #include "bench.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,43 @@ namespace perf {
 namespace {
 
 constexpr std::size_t kPatternElements = std::size_t{1} << 16;
+
+// A row's buffer: the datapath's own memory, or memory from ncclMemAlloc registered with the
+// communicator (ncclCommRegister), as users of the libraries' zero-copy paths allocate it. An
+// empty buffer is always the datapath's (nothing to register).
+class RowBuffer {
+ public:
+  RowBuffer(Datapath& datapath, ncclComm_t comm, bool registered, std::size_t bytes)
+      : comm_(comm), bytes_(bytes) {
+    if (!registered || bytes == 0) {
+      plain_.emplace(datapath, bytes);
+      return;
+    }
+    check_nccl(ncclMemAlloc(&data_, bytes), "ncclMemAlloc (" + std::to_string(bytes) + " bytes)");
+    ncclResult_t r = ncclCommRegister(comm_, data_, bytes, &handle_);
+    if (r != ncclSuccess) {
+      ncclMemFree(data_);
+      check_nccl(r, "ncclCommRegister", comm_);
+    }
+  }
+  ~RowBuffer() {
+    if (plain_) return;
+    ncclCommDeregister(comm_, handle_);
+    ncclMemFree(data_);
+  }
+  RowBuffer(const RowBuffer&) = delete;
+  RowBuffer& operator=(const RowBuffer&) = delete;
+
+  char* data() const { return plain_ ? plain_->data() : static_cast<char*>(data_); }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  ncclComm_t comm_;
+  std::size_t bytes_;
+  std::optional<Buffer> plain_;
+  void* data_ = nullptr;
+  void* handle_ = nullptr;
+};
 
 ncclRedOp_t builtin_op(Op op) {
   switch (op) {
@@ -85,9 +123,9 @@ void upload(Datapath& datapath, char* buffer, const std::vector<T>& image) {
 }  // namespace
 
 Bench::Bench(Datapath& datapath, ncclComm_t comm, int rank, int nranks, int iters, int warmup,
-             bool check)
+             bool check, bool registered)
     : datapath_(datapath), comm_(comm), rank_(rank), nranks_(nranks), iters_(iters),
-      warmup_(warmup), check_(check) {}
+      warmup_(warmup), check_(check), registered_(registered) {}
 
 Measurement Bench::run(const RowSpec& spec) {
   try {
@@ -124,8 +162,9 @@ Measurement Bench::run_typed(const RowSpec& spec) {
     // Out of place: a send and a receive buffer. In place: one buffer holding both areas at
     // nccl-tests' offsets.
     const bool in_place = placement == kInPlace;
-    Buffer buffer(datapath_, (in_place ? counts.inplace_elements() : counts.send) * sizeof(T));
-    Buffer recv_buffer(datapath_, in_place ? 0 : counts.recv * sizeof(T));
+    RowBuffer buffer(datapath_, comm_, registered_,
+                     (in_place ? counts.inplace_elements() : counts.send) * sizeof(T));
+    RowBuffer recv_buffer(datapath_, comm_, registered_, in_place ? 0 : counts.recv * sizeof(T));
     char* send = buffer.data() + (in_place ? counts.inplace_send * sizeof(T) : 0);
     char* recv = in_place ? buffer.data() + counts.inplace_recv * sizeof(T) : recv_buffer.data();
     auto load = [&] {

@@ -33,8 +33,9 @@ struct Measurement {
 
 class Bench {
  public:
+  // `registered`: buffers from ncclMemAlloc, registered with ncclCommRegister (GPU datapath).
   Bench(Datapath& datapath, ncclComm_t comm, int rank, int nranks, int iters, int warmup,
-        bool check);
+        bool check, bool registered = false);
   // A row the library refuses with ncclInvalidArgument (which leaves the communicator usable, and
   // which every rank sees alike) comes back as `unsupported`; other errors throw.
   Measurement run(const RowSpec& spec);
@@ -48,6 +49,7 @@ class Bench {
   ncclComm_t comm_;
   int rank_, nranks_, iters_, warmup_;
   bool check_;
+  bool registered_;
   std::string unsupported_reason_;
 };
 

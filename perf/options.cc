@@ -79,7 +79,7 @@ DatapathChoice parse_datapath(std::string_view text) {
   throw UsageError("--datapath: expected auto, host or gpu, got '" + std::string(text) + "'");
 }
 
-enum LongOnly { kCollective = 256, kJson, kRanks, kIdFile, kDatapath, kGraph, kTimeout };
+enum LongOnly { kCollective = 256, kJson, kRanks, kIdFile, kDatapath, kGraph, kTimeout, kRegistered };
 
 }  // namespace
 
@@ -115,6 +115,8 @@ const char* usage_text() {
       "      --graph 0|1           GPU datapath: capture 128 calls in a CUDA graph and time its\n"
       "                            replays (-n rounds up to whole graphs; -w > 0: one untimed\n"
       "                            replay first)\n"
+      "      --registered 0|1      GPU datapath: buffers from ncclMemAlloc, registered with\n"
+      "                            ncclCommRegister (default 0: cudaMalloc)\n"
       "      --timeout SECONDS     longest wait for another rank, default 300\n"
       "  -h, --help                this text\n";
 }
@@ -137,6 +139,7 @@ Options parse_options(int argc, char** argv, bool* help) {
       {"datapath", required_argument, nullptr, kDatapath},
       {"graph", required_argument, nullptr, kGraph},
       {"timeout", required_argument, nullptr, kTimeout},
+      {"registered", required_argument, nullptr, kRegistered},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0}};
 
@@ -164,6 +167,7 @@ Options parse_options(int argc, char** argv, bool* help) {
       case kIdFile: o.id_file = arg; break;
       case kDatapath: o.datapath = parse_datapath(arg); break;
       case kGraph: o.graph = parse_int(arg, "--graph", 0) != 0; break;
+      case kRegistered: o.registered = parse_int(arg, "--registered", 0) != 0; break;
       case kTimeout: {
         char* end = nullptr;
         o.timeout_s = std::strtod(optarg, &end);
@@ -182,6 +186,9 @@ Options parse_options(int argc, char** argv, bool* help) {
   if (o.min_bytes > o.max_bytes) throw UsageError("-b is larger than -e");
   if (o.graph && o.datapath == DatapathChoice::host) {
     throw UsageError("--graph 1 needs the GPU datapath");
+  }
+  if (o.registered && o.datapath == DatapathChoice::host) {
+    throw UsageError("--registered 1 needs the GPU datapath");
   }
   return o;
 }

@@ -30,6 +30,7 @@ struct Options {
   std::string id_file;                      // --id-file
   DatapathChoice datapath = DatapathChoice::automatic;  // --datapath
   bool graph = false;                       // --graph (GPU datapath only)
+  bool registered = false;                  // --registered (GPU datapath only)
   double timeout_s = 300.0;                 // --timeout: longest wait for another rank
   std::vector<std::string> args;            // the command line, for the JSON report
 

@@ -82,7 +82,8 @@ int run_rank(const Options& o, const RankContext& ctx) {
   ncclComm_t comm = nullptr;
   check_nccl(ncclCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank), "ncclCommInitRank");
   CommGuard guard(comm);
-  Bench bench(*datapath, comm, ctx.rank, ctx.nranks, o.iters, o.warmup_iters, o.check);
+  Bench bench(*datapath, comm, ctx.rank, ctx.nranks, o.iters, o.warmup_iters, o.check,
+              o.registered);
 
   std::uint64_t row_index = 0;
   std::uint64_t my_wrong = 0;

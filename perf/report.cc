@@ -114,9 +114,10 @@ void Report::begin_table(const Collective& coll) {
               coll.reduces ? join_names(options_.ops).c_str() : "none",
               coll.rooted ? std::to_string(options_.root).c_str() : "none");
   std::printf("# Sizes %zu to %zu bytes (factor %zu), iterations %d after %d warm-up, check %d, "
-              "graph %d\n#\n",
+              "graph %d, registered %d\n#\n",
               sizes.front(), sizes.back(), options_.step_factor, options_.iters,
-              options_.warmup_iters, options_.check ? 1 : 0, options_.graph ? 1 : 0);
+              options_.warmup_iters, options_.check ? 1 : 0, options_.graph ? 1 : 0,
+              options_.registered ? 1 : 0);
   std::string groups = "#" + std::string(kLeadWidth - 1, ' ') +
                        centered("out-of-place", kGroupWidth) + centered("in-place", kGroupWidth);
   groups.erase(groups.find_last_not_of(' ') + 1);
@@ -231,6 +232,7 @@ void Report::write_json(const Totals& totals) {
     out += ", \"iterations\": " + std::to_string(options_.iters);
     out += ", \"warmup_iterations\": " + std::to_string(options_.warmup_iters);
     out += ", \"graph\": " + std::to_string(options_.graph ? 1 : 0);
+    out += ", \"registered\": " + std::to_string(options_.registered ? 1 : 0);
     out += ", \"check\": " + std::to_string(options_.check ? 1 : 0);
     const bool ran = row.unsupported.empty();
     for (int p = 0; p < 2; ++p) {

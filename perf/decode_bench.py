@@ -13,10 +13,10 @@ For each library, t and B it captures three graphs and reports the time per repl
   comm alone       the 2L all_reduces of a [B, H] bf16 tensor and nothing else
 and the communication share, 1 - (without comm) / step.
 
-The t ranks are processes sharing one GPU here (under MPS when t > 1): their matmuls run
-side by side on one GPU, so a step is not what t GPUs would take; the libraries compare at the
-same t. NCCL refuses several ranks on one GPU ("Duplicate GPU detected"), so the framework's
-NCCL runs at t = 1 only; its refusal at t = 2 is shown in the table as such.
+Rank r runs on GPU r modulo the visible GPUs. With fewer GPUs than t, ranks share a GPU (under
+MPS): their matmuls run side by side, so a step is not what t GPUs would take; the libraries
+compare at the same t. NCCL refuses several ranks on one GPU ("Duplicate GPU detected"); such a
+refusal is shown in the table as such.
 
 Usage:
   decode_bench.py --lib build-gpu/libnccl.so.2 [--tp 1,2,4] [--framework-tp 1,2]
@@ -98,8 +98,9 @@ def worker(args: argparse.Namespace) -> int:
         if rank == 0:
             Path(result_path).write_text(json.dumps({**result, **extra}, indent=1))
 
-    torch.cuda.set_device(0)
-    device = torch.device("cuda", 0)
+    # LOCAL_RANK modulo the visible GPUs, as torchrun users pick it: with one GPU every rank shares it.
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % max(1, torch.cuda.device_count()))
+    torch.cuda.set_device(device)
     try:
         dist.init_process_group("nccl", init_method="env://", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=90), device_id=device)
@@ -114,7 +115,7 @@ def worker(args: argparse.Namespace) -> int:
     libs = sorted({p[5].strip() for p in maps if len(p) == 6 and "/libnccl" in p[5]})
     result.update(libnccl=libs, libnccl_sha256=[sha256(p) for p in libs if Path(p).exists()],
                   nccl_version=list(torch.cuda.nccl.version()[:3]), torch=torch.__version__,
-                  gpu=torch.cuda.get_device_name(0))
+                  gpu=torch.cuda.get_device_name(device), gpus=torch.cuda.device_count())
 
     h, t, layers = args.hidden, world, args.layers
     q, m = h // t, args.mlp_ratio * h // t
@@ -276,7 +277,8 @@ def table(results: list[dict], args: argparse.Namespace, ours_sha: str, command:
         f"{weight_bytes(args) / 2**30:.1f} GiB of weights split over the TP ranks; "
         f"{2 * args.layers} all_reduces of [batch, {args.hidden}] per step",
         f"- Our library: {args.lib} (sha256 {ours_sha[:16]})",
-        "- All TP ranks share one GPU (processes under MPS): compare libraries at the same TP degree.",
+        f"- GPUs visible: {first.get('gpus', '?')}; rank r runs on GPU r modulo that count (ranks sharing a GPU "
+        "are processes under MPS): compare libraries at the same TP degree.",
         f"- Times: mean of {args.iters} graph replays after {args.warmup}, the slowest rank's.",
         "",
         "| library | TP | batch | step (ms) | without all_reduce (ms) | comm share | all_reduces alone (ms) "

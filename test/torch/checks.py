@@ -94,6 +94,12 @@ def rank_and_world() -> tuple[int, int]:
     return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
 
+def local_gpu(torch) -> int:
+    """The GPU of this rank, as torchrun users pick it: LOCAL_RANK modulo the visible devices
+    (one GPU: every rank shares it, under MPS)."""
+    return int(os.environ.get("LOCAL_RANK", "0")) % max(1, torch.cuda.device_count())
+
+
 # ---- which libnccl is this --------------------------------------------------------------------
 
 _hashes: dict[str, str] = {}

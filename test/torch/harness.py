@@ -1,8 +1,8 @@
 """Launches rank processes for the PyTorch tests and judges what they print.
 
 Each rank is a separate `python3 rank_*.py` process with the variables torchrun would set (RANK,
-WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), all on CUDA device 0: one GPU, shared under
-MPS. A rank prints one line per check:
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), each on GPU LOCAL_RANK modulo the visible
+devices: with one GPU every rank shares it, under MPS. A rank prints one line per check:
 
     START <name>              before the check runs (names the check a hung rank was in)
     PASS <name>[ :: detail]

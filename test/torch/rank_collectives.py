@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from checks import (CheckFailed, Checks, SkipCheck, arm_watchdog, expect_our_log_lines,  # noqa: E402
-                    expect_ours_mapped, file_sha256, global_provider, mapped_libraries, rank_and_world,
+                    expect_ours_mapped, file_sha256, global_provider, local_gpu, mapped_libraries, rank_and_world,
                     split_version, version_of)
 
 SMALL = 4099  # odd, so no rank gets an even share
@@ -43,7 +43,7 @@ class Rank:
         self.backend = os.environ.get("PURLIN_TORCH_BACKEND", "nccl")
         self.mode = os.environ.get("PURLIN_TORCH_MODE", "preload")
         self.cuda = self.backend == "nccl"
-        self.device = torch.device("cuda", 0) if self.cuda else torch.device("cpu")
+        self.device = torch.device("cuda", local_gpu(torch)) if self.cuda else torch.device("cpu")
         self.checks = Checks(lenient=not self.cuda)
         self.ops = {
             "sum": dist.ReduceOp.SUM,
@@ -76,7 +76,7 @@ def init(r: Rank) -> str:
     kwargs = dict(backend=r.backend, init_method="env://", rank=r.rank, world_size=r.world,
                   timeout=datetime.timedelta(seconds=60))
     if r.cuda:
-        r.torch.cuda.set_device(0)
+        r.torch.cuda.set_device(r.device)
         kwargs["device_id"] = r.device  # eager init: the communicator is created here
     r.dist.init_process_group(**kwargs)
     return f"backend {r.dist.get_backend()}, rank {r.dist.get_rank()} of {r.dist.get_world_size()}"

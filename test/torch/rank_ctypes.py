@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from checks import (CheckFailed, Checks, SkipCheck, arm_watchdog, global_provider, mapped_libraries,  # noqa: E402
-                    rank_and_world)
+                    local_gpu, rank_and_world)
 
 SMALL = 4099
 CU_STREAM_CAPTURE_MODE_RELAXED = 2
@@ -40,7 +40,7 @@ class Rank:
         self.torch, self.ref = torch, reference
         self.rank, self.world = rank_and_world()
         self.cuda = os.environ.get("PURLIN_TORCH_BACKEND", "nccl") == "nccl"
-        self.device = torch.device("cuda", 0) if self.cuda else torch.device("cpu")
+        self.device = torch.device("cuda", local_gpu(torch)) if self.cuda else torch.device("cpu")
         self.checks = Checks()
         self.nccl = None
         self.comm = None
@@ -80,7 +80,7 @@ def setup(r: Rank) -> None:
     if not r.checks.run("ctypes.CDLL binds the wrappers' functions", load):
         raise SystemExit(r.checks.finish())
     if r.cuda:
-        r.torch.cuda.set_device(0)
+        r.torch.cuda.set_device(r.device)
 
         def which():
             # torch's own libnccl stays mapped too: the wrappers call ours through its handle.
@@ -213,7 +213,7 @@ class Windows:
             self.r.nccl.mem_free(ptr)
             raise
         self.held.append((ptr, win))
-        return dlpack.tensor_at(ptr, count, dtype, 0)
+        return dlpack.tensor_at(ptr, count, dtype, self.r.device.index)
 
     def release(self) -> str:
         for ptr, win in reversed(self.held):

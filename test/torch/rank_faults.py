@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from checks import Checks, arm_watchdog, rank_and_world  # noqa: E402
+from checks import Checks, arm_watchdog, local_gpu, rank_and_world  # noqa: E402
 
 
 def main() -> int:
@@ -34,8 +34,8 @@ def main() -> int:
 
     rank, world = rank_and_world()
     checks = Checks()
-    torch.cuda.set_device(0)
-    device = torch.device("cuda", 0)
+    device = torch.device("cuda", local_gpu(torch))
+    torch.cuda.set_device(device)
 
     def init():
         dist.init_process_group("nccl", init_method="env://", rank=rank, world_size=world,

@@ -5,6 +5,7 @@
 
 #include "core/log.h"
 #include "nccl_shim/argcheck.h"
+#include "nccl_shim/comm_work.h"
 #include "nccl_shim/group.h"
 #include "nccl_shim/shim.h"
 
@@ -51,9 +52,17 @@ NCCL_API(const char*, ncclGetLastError, ncclComm_t comm) {
   // a thread that did not see the failure itself.
   thread_local std::string copy;
   if (comm && is_live(comm)) {
-    std::lock_guard<std::mutex> g(comm->mutex);
-    if (!comm->last_error.empty()) {
-      copy = comm->last_error;
+    {
+      std::lock_guard<std::mutex> g(comm->mutex);
+      if (!comm->last_error.empty()) {
+        copy = comm->last_error;
+        return copy.c_str();
+      }
+    }
+    // A failure no call of this communicator has returned yet (found by its watcher, or by a
+    // kernel on the stream): why the communicator failed.
+    if (const ncclResult_t state = comm_state(comm); state != ncclSuccess && state != ncclInProgress) {
+      copy = fmt::format("{}: {}", ncclGetErrorString(state), failure_reason(comm));
       return copy.c_str();
     }
   }

@@ -171,12 +171,22 @@ void Communicator::set_failure(Status s, std::string why, bool report) {
 
 Status Communicator::async_status() const {
   if (int f = failure_.load(std::memory_order_acquire); f != 0) return static_cast<Status>(f);
+  // A kernel that revoke() stopped reports the stop; the revoke itself is no failure (later calls
+  // are refused as revoked instead).
+  if (revoked_.load()) return Status::ok;
   return executor_ ? executor_->async_status() : Status::ok;
 }
 
 std::string Communicator::failure_reason() const {
-  std::lock_guard<std::mutex> g(failure_mu_);
-  return failure_why_;
+  {
+    std::lock_guard<std::mutex> g(failure_mu_);
+    if (!failure_why_.empty()) return failure_why_;
+  }
+  if (executor_ && executor_->async_status() != Status::ok)
+    return fmt::format("a collective of this communicator stopped on the {} datapath before it completed (a peer "
+                       "failed or did not arrive within PURLIN_TIMEOUT, or the communicator was aborted)",
+                       executor_->datapath());
+  return {};
 }
 
 Status Communicator::refusal() const {

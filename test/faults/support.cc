@@ -98,9 +98,17 @@ void select_datapath(const Options& o) {
     return;
   }
 #if defined(PURLIN_HAVE_CUDA)
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    cudaGetLastError();
+  // Asked in a child process: the tests fork their ranks from this one, and a process that has
+  // initialised CUDA cannot hand it to the children it forks.
+  bool usable = false;
+  if (pid_t pid = ::fork(); pid == 0) {
+    int n = 0;
+    ::_exit(cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 0 : 1);
+  } else if (pid > 0) {
+    int status = 0;
+    usable = ::waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  if (!usable) {
     std::printf("SKIP: the GPU datapath was asked for and no CUDA device is usable here\n");
     std::exit(kSkipped);
   }
@@ -167,6 +175,44 @@ cudaStream_t make_stream(bool gpu) {
 #endif
   (void)gpu;
   return nullptr;
+}
+
+bool stream_pending(bool gpu, cudaStream_t s) {
+#if defined(PURLIN_HAVE_CUDA)
+  if (gpu) return cudaStreamQuery(s) == cudaErrorNotReady;
+#endif
+  (void)gpu;
+  (void)s;
+  return false;
+}
+
+std::uint64_t gpu_used_by_probe(bool gpu) {
+  if (!gpu) return 0;
+  int fds[2];
+  if (::pipe(fds) != 0) return 0;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    const std::uint64_t used = gpu_used(true);
+    (void)!::write(fds[1], &used, sizeof used);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::uint64_t used = 0;
+  if (pid > 0) {
+    if (::read(fds[0], &used, sizeof used) != static_cast<ssize_t>(sizeof used)) used = 0;
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+  }
+  ::close(fds[0]);
+  return used;
+}
+
+void start_cuda(bool gpu) {
+#if defined(PURLIN_HAVE_CUDA)
+  if (gpu) cudaFree(nullptr);
+#endif
+  (void)gpu;
 }
 
 void destroy_stream(bool gpu, cudaStream_t s) {

@@ -64,6 +64,14 @@ class Buffer {
 // A stream on the GPU datapath; the null stream on the host one.
 cudaStream_t make_stream(bool gpu);
 void destroy_stream(bool gpu, cudaStream_t s);
+// True while work enqueued on a GPU stream has not finished (false on the host datapath).
+bool stream_pending(bool gpu, cudaStream_t s);
+// Starts the CUDA runtime in this process (GPU datapath): its own threads and open files, which
+// stay for the process, exist before a test takes its baseline of them.
+void start_cuda(bool gpu);
+// The GPU's memory in use as a fresh process sees it (0 on the host datapath): read in a child, so
+// that this process never starts CUDA and can go on forking ranks.
+std::uint64_t gpu_used_by_probe(bool gpu);
 
 // Waits until the work enqueued on `stream` is done (GPU; nothing to wait for on the host, where
 // calls complete before returning) while watching ncclCommGetAsyncError, as an application's

@@ -65,7 +65,7 @@ struct Env {
 // The threads and open files of a rank before it joins, checked again after it left.
 class Baseline {
  public:
-  Baseline() : threads_(threads()), fds_(open_fds()) {}
+  explicit Baseline(bool gpu) : threads_((start_cuda(gpu), threads())), fds_(open_fds()) {}
   void check(Report& report) const {
     const int t = wait_threads(threads_, 2);
     report.check(t == threads_, "threads: " + std::to_string(t) + " at the end, " + std::to_string(threads_) + " at the start");
@@ -121,7 +121,7 @@ ncclResult_t interrupt(Env& e, const std::function<ncclResult_t()>& call, const 
 
 // nranks - 1 processes run this: the last rank never arrives.
 int phase_init(Env& e) {
-  const Baseline base;
+  const Baseline base(e.o.gpu);
   ncclConfig_t cfg = non_blocking();
   ncclComm_t comm = nullptr;
   e.report.expect(ncclCommInitRankConfig(&comm, e.nranks, e.ids[0], e.rank, &cfg), ncclInProgress,
@@ -137,7 +137,7 @@ int phase_init(Env& e) {
 }
 
 int phase_init_blocking(Env& e) {
-  const Baseline base;
+  const Baseline base(e.o.gpu);
   ncclComm_t comm = nullptr;
   const double s = timed([&] {
     ncclResult_t r = ncclCommInitRank(&comm, e.nranks, e.ids[0], e.rank);
@@ -156,7 +156,7 @@ int phase_init_blocking(Env& e) {
 // exchange leaves the name to the survivors.
 int phase_init_death(Env& e) {
   cudaStream_t stream = make_stream(e.o.gpu);
-  const Baseline base;
+  const Baseline base(e.o.gpu);
   const int last = e.nranks - 1;
   if (e.rank == last) {
     const int after_us = static_cast<int>(e.salt % 30000);
@@ -187,7 +187,7 @@ int phase_init_death(Env& e) {
 }
 
 int phase_split(Env& e, bool by_thread) {
-  const Baseline base;
+  const Baseline base(e.o.gpu);
   ncclComm_t comm = nullptr;
   if (!e.report.expect(ncclCommInitRank(&comm, e.nranks, e.ids[0], e.rank), ncclSuccess, "ncclCommInitRank"))
     return 1;
@@ -223,7 +223,7 @@ int phase_collective(Env& e) {
   const std::size_t count = 1 + e.salt % 100000;
   auto send = std::make_unique<Buffer>(e.o.gpu, count * sizeof(float));
   auto recv = std::make_unique<Buffer>(e.o.gpu, count * sizeof(float));
-  const Baseline base;
+  const Baseline base(e.o.gpu);
   ncclComm_t comm = nullptr;
   if (!e.report.expect(ncclCommInitRank(&comm, e.nranks, e.ids[0], e.rank), ncclSuccess, "ncclCommInitRank"))
     return 1;
@@ -255,7 +255,7 @@ int phase_collective(Env& e) {
 
 int phase_group(Env& e) {
   cudaStream_t stream = make_stream(e.o.gpu);
-  const Baseline base;
+  const Baseline base(e.o.gpu);
   ncclComm_t a = nullptr, b = nullptr;
   if (!e.report.expect(ncclCommInitRank(&a, e.nranks, e.ids[0], e.rank), ncclSuccess, "ncclCommInitRank a") ||
       !e.report.expect(ncclCommInitRank(&b, e.nranks, e.ids[1], e.rank), ncclSuccess, "ncclCommInitRank b"))
@@ -297,7 +297,7 @@ int phase_group(Env& e) {
 // and then answer ncclRemoteError, as NCCL does for a failed communicator: abort it).
 int phase_finalize(Env& e, int variant) {
   cudaStream_t stream = make_stream(e.o.gpu);  // before the baseline: the CUDA runtime's threads
-  const Baseline base;
+  const Baseline base(e.o.gpu);
   const bool nb = variant & 1;            // non-blocking communicator
   const bool destroy = variant & 2;       // destroy, else abort, after finalize
   const bool last_aborts = variant & 4;   // the rank that leaves early aborts, else destroys
@@ -339,7 +339,7 @@ int phase_revoke(Env& e) {
   const std::size_t count = 1 + e.salt % 50000;
   auto send = std::make_unique<Buffer>(e.o.gpu, count * sizeof(float));
   auto recv = std::make_unique<Buffer>(e.o.gpu, count * sizeof(float));
-  const Baseline base;
+  const Baseline base(e.o.gpu);
   ncclComm_t comm = nullptr;
   if (!e.report.expect(ncclCommInitRank(&comm, e.nranks, e.ids[0], e.rank), ncclSuccess, "ncclCommInitRank"))
     return 1;
@@ -391,7 +391,7 @@ int phase_shrink(Env& e, bool dies) {
   const std::size_t count = 1 + e.salt % 100000;
   auto send = std::make_unique<Buffer>(e.o.gpu, count * sizeof(float));
   auto recv = std::make_unique<Buffer>(e.o.gpu, count * sizeof(float));
-  const Baseline base;
+  const Baseline base(e.o.gpu);
   ncclComm_t comm = nullptr;
   if (!e.report.expect(ncclCommInitRank(&comm, e.nranks, e.ids[0], e.rank), ncclSuccess, "ncclCommInitRank"))
     return 1;

@@ -146,8 +146,10 @@ class RankRun {
   // Issues `call` and expects ncclInProgress; with `others` > 0 rank 0 calls only once that many
   // other ranks have checked that their call is in flight (it waits for rank 0). Then polls the
   // communicator `watch()` names (read after the call, which may create it) until it settles.
+  // `on_stream`: a collective on the GPU datapath, which is done for the host once its kernel is
+  // enqueued (ncclSuccess, as NCCL), while the kernel waits on the stream for rank 0's.
   void step(const std::string& what, int others, const std::function<ncclResult_t()>& call,
-            const std::function<ncclComm_t()>& watch);
+            const std::function<ncclComm_t()>& watch, bool on_stream = false);
   // A step this rank takes no part in (keeps the step numbers of every rank in line).
   void skip_step() { ++step_; }
   void collective(const Coll& c, ncclComm_t comm, std::size_t count);
@@ -163,7 +165,7 @@ class RankRun {
 };
 
 void RankRun::step(const std::string& what, int others, const std::function<ncclResult_t()>& call,
-                   const std::function<ncclComm_t()>& watch_fn) {
+                   const std::function<ncclComm_t()>& watch_fn, bool on_stream) {
   const int k = step_++;
   if (!report_.check(k < kSteps, what + ": more steps than the board holds")) return;
   if (others > 0 && rank_ == 0) {
@@ -174,7 +176,13 @@ void RankRun::step(const std::string& what, int others, const std::function<nccl
   report_.expect(call(), ncclInProgress, what);
   const ncclComm_t watch = watch_fn();
   if (!report_.check(watch != nullptr, what + " gave no communicator to watch")) return;
-  if (others > 0 && rank_ != 0) {
+  if (others > 0 && rank_ != 0 && on_stream) {
+    double longest = 0;
+    report_.expect(poll_state(watch, 60, &longest), ncclSuccess, what + " enqueued", watch);
+    record_max(board_->longest_poll, longest);
+    report_.check(stream_pending(true, stream_), what + ": the stream finished while rank 0 has not called");
+    board_->checked[k].fetch_add(1);
+  } else if (others > 0 && rank_ != 0) {
     // The work waits for rank 0, which has not called yet: the state must say so at once, from
     // this thread and from another, and the communicator must refuse to be used.
     std::atomic<double> longest{0};
@@ -214,7 +222,8 @@ void RankRun::collective(const Coll& c, ncclComm_t comm, std::size_t count) {
   send.upload(in.data(), in.size() * sizeof(float));
   recv.upload(out.data(), out.size() * sizeof(float));
   step("nccl" + c.name, c.needs_rank0 ? n_ - 1 : 0,
-       [&] { return c.issue(send.data(), recv.data(), count, comm, stream_, rank_, n_); }, [comm] { return comm; });
+       [&] { return c.issue(send.data(), recv.data(), count, comm, stream_, rank_, n_); }, [comm] { return comm; },
+       o_.gpu);
   report_.expect(settle(o_.gpu, comm, stream_, 60), ncclSuccess, c.name + " on the stream");
   if (!c.checks(rank_)) return;
   recv.download(out.data(), out.size() * sizeof(float));

@@ -1,6 +1,7 @@
 #include "bench.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -123,9 +124,9 @@ void upload(Datapath& datapath, char* buffer, const std::vector<T>& image) {
 }  // namespace
 
 Bench::Bench(Datapath& datapath, ncclComm_t comm, int rank, int nranks, int iters, int warmup,
-             bool check, bool registered)
+             bool check, bool registered, bool host_time)
     : datapath_(datapath), comm_(comm), rank_(rank), nranks_(nranks), iters_(iters),
-      warmup_(warmup), check_(check), registered_(registered) {}
+      warmup_(warmup), check_(check), registered_(registered), host_time_(host_time) {}
 
 Measurement Bench::run(const RowSpec& spec) {
   try {
@@ -185,6 +186,15 @@ Measurement Bench::run_typed(const RowSpec& spec) {
 
     load();
     m.time_us[placement] = datapath_.time_calls(call, warmup_, iters_);
+    if (host_time_) {
+      // The entry point's CPU time: eager calls on the wall clock, not waiting for the work they
+      // enqueue (on the host datapath a call completes before it returns: there it is all of it).
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters_; ++i) call();
+      const auto stop = std::chrono::steady_clock::now();
+      datapath_.finish();
+      m.host_us[placement] = std::chrono::duration<double, std::micro>(stop - start).count() / iters_;
+    }
 
     if (!check_ || (in_place && !coll.checks_in_place())) continue;
     load();

@@ -27,6 +27,7 @@ enum Placement { kOutOfPlace = 0, kInPlace = 1 };
 // What one rank measured; rank 0 combines these over the ranks.
 struct Measurement {
   double time_us[2] = {0, 0};       // by Placement: average time per call
+  double host_us[2] = {0, 0};       // by Placement: CPU time per call in the entry point (--host-time)
   std::uint64_t wrong[2] = {0, 0};  // by Placement: wrong output elements (0 when not checked)
   std::uint64_t unsupported = 0;    // 1: the library refused the row with ncclInvalidArgument
 };
@@ -34,8 +35,9 @@ struct Measurement {
 class Bench {
  public:
   // `registered`: buffers from ncclMemAlloc, registered with ncclCommRegister (GPU datapath).
+  // `host_time`: also time `iters` eager calls on the CPU clock (Measurement::host_us).
   Bench(Datapath& datapath, ncclComm_t comm, int rank, int nranks, int iters, int warmup,
-        bool check, bool registered = false);
+        bool check, bool registered = false, bool host_time = false);
   // A row the library refuses with ncclInvalidArgument (which leaves the communicator usable, and
   // which every rank sees alike) comes back as `unsupported`; other errors throw.
   Measurement run(const RowSpec& spec);
@@ -50,6 +52,7 @@ class Bench {
   int rank_, nranks_, iters_, warmup_;
   bool check_;
   bool registered_;
+  bool host_time_;
   std::string unsupported_reason_;
 };
 

@@ -79,7 +79,7 @@ DatapathChoice parse_datapath(std::string_view text) {
   throw UsageError("--datapath: expected auto, host or gpu, got '" + std::string(text) + "'");
 }
 
-enum LongOnly { kCollective = 256, kJson, kRanks, kIdFile, kDatapath, kGraph, kTimeout, kRegistered };
+enum LongOnly { kCollective = 256, kJson, kRanks, kIdFile, kDatapath, kGraph, kTimeout, kRegistered, kHostTime };
 
 }  // namespace
 
@@ -117,6 +117,8 @@ const char* usage_text() {
       "                            replay first)\n"
       "      --registered 0|1      GPU datapath: buffers from ncclMemAlloc, registered with\n"
       "                            ncclCommRegister (default 0: cudaMalloc)\n"
+      "      --host-time 0|1       also time -n eager calls on the CPU clock without waiting for\n"
+      "                            them: the time spent in the ncclXxx entry point per call\n"
       "      --timeout SECONDS     longest wait for another rank, default 300\n"
       "  -h, --help                this text\n";
 }
@@ -140,6 +142,7 @@ Options parse_options(int argc, char** argv, bool* help) {
       {"graph", required_argument, nullptr, kGraph},
       {"timeout", required_argument, nullptr, kTimeout},
       {"registered", required_argument, nullptr, kRegistered},
+      {"host-time", required_argument, nullptr, kHostTime},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0}};
 
@@ -168,6 +171,7 @@ Options parse_options(int argc, char** argv, bool* help) {
       case kDatapath: o.datapath = parse_datapath(arg); break;
       case kGraph: o.graph = parse_int(arg, "--graph", 0) != 0; break;
       case kRegistered: o.registered = parse_int(arg, "--registered", 0) != 0; break;
+      case kHostTime: o.host_time = parse_int(arg, "--host-time", 0) != 0; break;
       case kTimeout: {
         char* end = nullptr;
         o.timeout_s = std::strtod(optarg, &end);

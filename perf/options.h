@@ -31,6 +31,7 @@ struct Options {
   DatapathChoice datapath = DatapathChoice::automatic;  // --datapath
   bool graph = false;                       // --graph (GPU datapath only)
   bool registered = false;                  // --registered (GPU datapath only)
+  bool host_time = false;                   // --host-time
   double timeout_s = 300.0;                 // --timeout: longest wait for another rank
   std::vector<std::string> args;            // the command line, for the JSON report
 

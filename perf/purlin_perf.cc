@@ -60,6 +60,7 @@ Measurement combine(const std::vector<std::string>& per_rank) {
     std::memcpy(&m, bytes.data(), std::min(bytes.size(), sizeof m));
     for (int p = 0; p < 2; ++p) {
       combined.time_us[p] = std::max(combined.time_us[p], m.time_us[p]);
+      combined.host_us[p] = std::max(combined.host_us[p], m.host_us[p]);
       combined.wrong[p] += m.wrong[p];
     }
     combined.unsupported = std::max(combined.unsupported, m.unsupported);
@@ -83,7 +84,7 @@ int run_rank(const Options& o, const RankContext& ctx) {
   check_nccl(ncclCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank), "ncclCommInitRank");
   CommGuard guard(comm);
   Bench bench(*datapath, comm, ctx.rank, ctx.nranks, o.iters, o.warmup_iters, o.check,
-              o.registered);
+              o.registered, o.host_time);
 
   std::uint64_t row_index = 0;
   std::uint64_t my_wrong = 0;

@@ -124,10 +124,13 @@ void Report::begin_table(const Collective& coll) {
   std::printf("%s\n", groups.c_str());
   std::printf(kHeaderLeadFormat, "size", "count", "type", "redop", "root");
   for (int i = 0; i < 2; ++i) std::printf(kGroupFormat, "time", "algbw", "busbw", "#wrong");
+  if (options_.host_time) std::printf("  %7s", "host");
   std::printf("  plan\n");
   std::printf(kHeaderLeadFormat, "(B)", "(elements)", "", "", "");
   std::printf(kGroupFormat, "(us)", "(GB/s)", "(GB/s)", "");
-  std::printf("  %7s  %6s  %6s\n", "(us)", "(GB/s)", "(GB/s)");
+  std::printf("  %7s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)");
+  if (options_.host_time) std::printf("  %6s  %7s", "", "(us)");
+  std::printf("\n");
   std::fflush(stdout);
 }
 
@@ -161,6 +164,7 @@ void Report::add(const RowSpec& spec, const Measurement& combined, const std::st
                 fit(row.busbw[p], 6).c_str(),
                 checked(row, p) ? std::to_string(combined.wrong[p]).c_str() : "N/A");
   }
+  if (options_.host_time) std::printf("  %s", fit(combined.host_us[kOutOfPlace], 7).c_str());
   std::printf("  %s\n", row.plan.c_str());
   std::fflush(stdout);
   rows_.push_back(std::move(row));
@@ -245,6 +249,7 @@ void Report::write_json(const Totals& totals) {
       out += ", \"algbw_gbps\": " + json_number(row.algbw[p]);
       out += ", \"busbw_gbps\": " + json_number(row.busbw[p]);
       out += ", \"wrong\": " + (checked(row, p) ? std::to_string(row.combined.wrong[p]) : "null");
+      if (options_.host_time) out += ", \"host_us\": " + json_number(row.combined.host_us[p]);
       out += "}";
     }
     out += ", \"unsupported\": " + (ran ? "null" : json_string(row.unsupported));

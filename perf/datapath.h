@@ -29,6 +29,9 @@ class Datapath {
   virtual void finish() = 0;
   // Issues `call` `warmup` times untimed, then `iters` times timed; returns microseconds per call.
   virtual double time_calls(const std::function<void()>& call, int warmup, int iters) = 0;
+  // The copy roofline: a copy of `bytes` between two buffers of this datapath's memory (device to
+  // device, or memcpy), in GB/s counting the bytes read and the bytes written.
+  virtual double copy_gbps(std::size_t bytes) = 0;
 };
 
 // Host memory, for the library's CPU datapath. Calls complete before they return there.

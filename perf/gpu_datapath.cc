@@ -64,6 +64,24 @@ class GpuDatapath final : public Datapath {
   cudaStream_t stream() const override { return stream_; }
   void finish() override { check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
+  double copy_gbps(std::size_t bytes) override {
+    void* a = allocate(bytes);
+    void* b = allocate(bytes);
+    constexpr int kCopies = 5;
+    double us = 0;
+    check_cuda(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
+    check_cuda(cudaEventRecord(start_, stream_), "cudaEventRecord");
+    for (int i = 0; i < kCopies; ++i) {
+      check_cuda(cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice, stream_),
+                 "cudaMemcpyAsync");
+    }
+    check_cuda(cudaEventRecord(stop_, stream_), "cudaEventRecord");
+    us = elapsed_us();
+    release(a);
+    release(b);
+    return 2.0 * static_cast<double>(bytes) * kCopies / (us * 1e-6) / 1e9;
+  }
+
   double time_calls(const std::function<void()>& call, int warmup, int iters) override {
     return graph_ ? time_graph(call, warmup, iters) : time_eager(call, warmup, iters);
   }

@@ -78,7 +78,11 @@ int run_rank(const Options& o, const RankContext& ctx) {
   }
   std::unique_ptr<Datapath> datapath = choose_datapath(o, ctx.local_rank);
   std::optional<Report> report;
-  if (printer) report.emplace(o, ctx.nranks, datapath->name());
+  // The copy roofline, measured by rank 0 before the others start moving bytes.
+  if (printer) {
+    const std::size_t copy_bytes = std::string(datapath->name()) == "gpu" ? std::size_t{512} << 20 : std::size_t{64} << 20;
+    report.emplace(o, ctx.nranks, datapath->name(), datapath->copy_gbps(copy_bytes));
+  }
 
   ncclComm_t comm = nullptr;
   check_nccl(ncclCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank), "ncclCommInitRank");

@@ -1,5 +1,6 @@
 #include "report.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -88,8 +89,8 @@ std::string json_number(double value) {
 
 }  // namespace
 
-Report::Report(const Options& options, int nranks, std::string datapath)
-    : options_(options), nranks_(nranks), datapath_(std::move(datapath)) {
+Report::Report(const Options& options, int nranks, std::string datapath, double copy_gbps)
+    : options_(options), nranks_(nranks), datapath_(std::move(datapath)), copy_gbps_(copy_gbps) {
   if (!options_.json_path.empty()) {
     json_ = std::fopen(options_.json_path.c_str(), "w");
     if (json_ == nullptr) {
@@ -100,6 +101,10 @@ Report::Report(const Options& options, int nranks, std::string datapath)
   ncclGetVersion(&version);
   std::printf("# purlin-perf: NCCL API %d.%d.%d, library version code %d\n", NCCL_MAJOR,
               NCCL_MINOR, NCCL_PATCH, version);
+  std::printf("# Copy roofline: %.1f GB/s (a copy on the %s datapath, bytes read and written); column\n"
+              "# roof: every input read once and every output written once, over all ranks, per\n"
+              "# second, as a share of it\n",
+              copy_gbps_, datapath_.c_str());
 }
 
 Report::~Report() {
@@ -124,12 +129,13 @@ void Report::begin_table(const Collective& coll) {
   std::printf("%s\n", groups.c_str());
   std::printf(kHeaderLeadFormat, "size", "count", "type", "redop", "root");
   for (int i = 0; i < 2; ++i) std::printf(kGroupFormat, "time", "algbw", "busbw", "#wrong");
+  std::printf("  %6s", "roof");
   if (options_.host_time) std::printf("  %7s", "host");
   std::printf("  plan\n");
   std::printf(kHeaderLeadFormat, "(B)", "(elements)", "", "", "");
   std::printf(kGroupFormat, "(us)", "(GB/s)", "(GB/s)", "");
-  std::printf("  %7s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)");
-  if (options_.host_time) std::printf("  %6s  %7s", "", "(us)");
+  std::printf("  %7s  %6s  %6s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)", "", "(%)");
+  if (options_.host_time) std::printf("  %7s", "(us)");
   std::printf("\n");
   std::fflush(stdout);
 }
@@ -150,6 +156,17 @@ void Report::add(const RowSpec& spec, const Measurement& combined, const std::st
     row.algbw[p] = seconds > 0 ? static_cast<double>(row.bytes) / 1e9 / seconds : 0.0;
     row.busbw[p] = row.algbw[p] * spec.coll->bus_factor(nranks_);
   }
+  const int root = std::max(spec.root, 0);
+  for (int r = 0; r < nranks_; ++r) {
+    const Counts c = spec.coll->counts(spec.bytes / element, nranks_, r);
+    if (spec.coll->reads_input(r, root)) row.minimal_bytes += c.send * element;
+    if (spec.coll->writes_output(r, root)) row.minimal_bytes += c.recv * element;
+  }
+  for (int p = 0; p < 2; ++p) {
+    const double seconds = combined.time_us[p] * 1e-6;
+    row.roofline[p] = seconds > 0 && copy_gbps_ > 0
+                          ? static_cast<double>(row.minimal_bytes) / seconds / 1e9 / copy_gbps_ : 0.0;
+  }
 
   std::printf(kLeadFormat, std::to_string(row.bytes).c_str(), std::to_string(row.count).c_str(),
               name_of(spec.type), name_of(spec.op), std::to_string(spec.root).c_str());
@@ -164,6 +181,7 @@ void Report::add(const RowSpec& spec, const Measurement& combined, const std::st
                 fit(row.busbw[p], 6).c_str(),
                 checked(row, p) ? std::to_string(combined.wrong[p]).c_str() : "N/A");
   }
+  std::printf("  %s", fit(100.0 * row.roofline[kOutOfPlace], 6).c_str());
   if (options_.host_time) std::printf("  %s", fit(combined.host_us[kOutOfPlace], 7).c_str());
   std::printf("  %s\n", row.plan.c_str());
   std::fflush(stdout);
@@ -217,6 +235,7 @@ void Report::write_json(const Totals& totals) {
   std::string out = "{\n  \"tool\": \"purlin-perf\",\n";
   out += "  \"nccl_header_version\": " + std::to_string(NCCL_VERSION_CODE) + ",\n";
   out += "  \"nccl_library_version\": " + std::to_string(version) + ",\n";
+  out += "  \"copy_gbps\": " + json_number(copy_gbps_) + ",\n";
   out += "  \"args\": [";
   for (std::size_t i = 0; i < options_.args.size(); ++i) {
     out += (i ? ", " : "") + json_string(options_.args[i]);
@@ -230,6 +249,7 @@ void Report::write_json(const Totals& totals) {
     out += ", \"datapath\": " + json_string(datapath_);
     out += ", \"size\": " + std::to_string(row.bytes);
     out += ", \"count\": " + std::to_string(row.count);
+    out += ", \"minimal_bytes\": " + std::to_string(row.minimal_bytes);
     out += ", \"type\": " + json_string(name_of(row.spec.type));
     out += ", \"redop\": " + json_string(name_of(row.spec.op));
     out += ", \"root\": " + std::to_string(row.spec.root);
@@ -249,6 +269,7 @@ void Report::write_json(const Totals& totals) {
       out += ", \"algbw_gbps\": " + json_number(row.algbw[p]);
       out += ", \"busbw_gbps\": " + json_number(row.busbw[p]);
       out += ", \"wrong\": " + (checked(row, p) ? std::to_string(row.combined.wrong[p]) : "null");
+      out += ", \"roofline\": " + json_number(row.roofline[p]);
       if (options_.host_time) out += ", \"host_us\": " + json_number(row.combined.host_us[p]);
       out += "}";
     }

@@ -20,6 +20,8 @@ struct Row {
   Measurement combined;
   double algbw[2] = {0, 0};  // GB/s, by Placement
   double busbw[2] = {0, 0};
+  std::size_t minimal_bytes = 0;  // every input read once and every output written once, all ranks
+  double roofline[2] = {0, 0};    // (minimal_bytes / time) / the copy roofline
   std::string plan;
   std::string unsupported;   // why the library refused the row; empty when it ran
 };
@@ -27,7 +29,8 @@ struct Row {
 class Report {
  public:
   // Opens the JSON file now, so a bad path fails before any measurement. Throws on error.
-  Report(const Options& options, int nranks, std::string datapath);
+  // `copy_gbps`: the copy roofline measured on this datapath (bytes read and written per second).
+  Report(const Options& options, int nranks, std::string datapath, double copy_gbps);
   ~Report();
   Report(const Report&) = delete;
   Report& operator=(const Report&) = delete;
@@ -54,6 +57,7 @@ class Report {
   const Options& options_;
   int nranks_;
   std::string datapath_;
+  double copy_gbps_;
   std::FILE* json_ = nullptr;
   std::vector<Row> rows_;
   std::size_t table_start_ = 0;  // index in rows_ of the current table's first row

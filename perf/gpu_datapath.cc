@@ -69,6 +69,7 @@ class GpuDatapath final : public Datapath {
     void* b = allocate(bytes);
     constexpr int kCopies = 5;
     double us = 0;
+    check_cuda(cudaMemsetAsync(a, 1, bytes, stream_), "cudaMemsetAsync");  // defined bytes to copy
     check_cuda(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
     check_cuda(cudaEventRecord(start_, stream_), "cudaEventRecord");
     for (int i = 0; i < kCopies; ++i) {

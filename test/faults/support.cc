@@ -92,23 +92,45 @@ bool selected(const Options& o, const std::string& phase) {
   return false;
 }
 
+namespace {
+
+// `fn()` computed in a child process (0 when that fails). What asks CUDA runs there: the tests
+// fork their ranks from this process, and a process that has initialised CUDA cannot hand it to
+// the children it forks.
+std::uint64_t in_child(std::uint64_t (*fn)()) {
+  int fds[2];
+  if (::pipe(fds) != 0) return 0;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    const std::uint64_t value = fn();
+    (void)!::write(fds[1], &value, sizeof value);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::uint64_t value = 0;
+  if (pid > 0) {
+    if (::read(fds[0], &value, sizeof value) != static_cast<ssize_t>(sizeof value)) value = 0;
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+  }
+  ::close(fds[0]);
+  return value;
+}
+
+}  // namespace
+
 void select_datapath(const Options& o) {
   if (!o.gpu) {
     ::setenv("PURLIN_DATAPATH", "host", 1);
     return;
   }
 #if defined(PURLIN_HAVE_CUDA)
-  // Asked in a child process: the tests fork their ranks from this one, and a process that has
-  // initialised CUDA cannot hand it to the children it forks.
-  bool usable = false;
-  if (pid_t pid = ::fork(); pid == 0) {
+  const std::uint64_t devices = in_child([] {
     int n = 0;
-    ::_exit(cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 0 : 1);
-  } else if (pid > 0) {
-    int status = 0;
-    usable = ::waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  }
-  if (!usable) {
+    return cudaGetDeviceCount(&n) == cudaSuccess ? static_cast<std::uint64_t>(n) : 0;
+  });
+  if (devices == 0) {
     std::printf("SKIP: the GPU datapath was asked for and no CUDA device is usable here\n");
     std::exit(kSkipped);
   }
@@ -187,25 +209,7 @@ bool stream_pending(bool gpu, cudaStream_t s) {
 }
 
 std::uint64_t gpu_used_by_probe(bool gpu) {
-  if (!gpu) return 0;
-  int fds[2];
-  if (::pipe(fds) != 0) return 0;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    const std::uint64_t used = gpu_used(true);
-    (void)!::write(fds[1], &used, sizeof used);
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::uint64_t used = 0;
-  if (pid > 0) {
-    if (::read(fds[0], &used, sizeof used) != static_cast<ssize_t>(sizeof used)) used = 0;
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-  }
-  ::close(fds[0]);
-  return used;
+  return gpu ? in_child([] { return gpu_used(true); }) : 0;
 }
 
 void start_cuda(bool gpu) {

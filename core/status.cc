@@ -13,6 +13,11 @@ Status fail(Status code, const std::string& message) {
   return code;
 }
 
+Status adopt_error(Status code, const std::string& message) {
+  tls_last_error = message;
+  return code;
+}
+
 const std::string& last_error() { return tls_last_error; }
 void clear_last_error() { tls_last_error.clear(); }
 

@@ -24,6 +24,8 @@ PURLIN_HD bool failed(Status s) { return s != Status::ok && s != Status::in_prog
 // Records the message of the last failure of the calling thread (ncclGetLastError) and logs
 // it at WARN. Returns `code` so that call sites read `return fail(Status::x, "...")`.
 Status fail(Status code, const std::string& message);
+// Records a failure that another thread already logged (with fail) as this thread's last error.
+Status adopt_error(Status code, const std::string& message);
 const std::string& last_error();
 void clear_last_error();
 

@@ -10,6 +10,8 @@
 //  - Latency path (a pair's message up to Context::latency_max bytes): the producer pushes 16-byte
 //    packets {8 data bytes, q} into the consumer's packet buffer of parity q % 2; stage and notify
 //    are one store. Before reusing a parity it waits for the consumer's ack of message q - 2.
+//    It also announces q in the consumer's ready word, where nothing waits for it unless the
+//    consumer's call differs (it expected a staged message).
 //  - Throughput path: the producer copies its contribution chunk by chunk into a ring of slots in its
 //    own staging (half chosen by its call parity) and notifies each consumer with q; consumers pull
 //    from the producer's staging and ack q into the producer's window. Slot j is reused for chunk
@@ -26,6 +28,12 @@
 // gather (G's consumer). Each role walks chunks in the same order (chunk j of every lane before chunk
 // j + 1), and waits only on chunk j of other roles or on acks of chunk j - slots, so the roles
 // cannot deadlock however they are scheduled, as long as they all make progress.
+//
+// Mismatched calls: every notification (packet flag, ready word) carries a 16-bit tag of the
+// message, computed by each end from its own call (message_tag), beside the sequence number
+// (atom/packet.h). A consumer whose call differs from its producer's sees the right sequence number
+// with another tag and stops with Status::invalid_usage; raise_fault then stops the peers, whose
+// waits watch their fault word. Acks carry tag 0.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +54,7 @@ using coll::Root;
 using atom::PacketPull;
 using atom::PacketPush;
 using atom::PacketSource;
+using atom::flag_word;
 
 template <class D>
 PURLIN_HD constexpr int lane_count(int nranks) {
@@ -71,6 +80,26 @@ PURLIN_HD bool consumes_from(const Call& call, int producer) {
 }
 
 PURLIN_HD std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
+
+// The tag of one message of declaration D carrying `bytes`: a hash of what producer and consumer
+// must agree on (the declaration, the data type, the reduction, the root, the message's size).
+template <class D>
+PURLIN_HD std::uint64_t message_tag(const Call& call, std::uint64_t bytes) {
+  std::uint64_t h = 0x243f6a8885a308d3ull;
+  auto mix = [&h](std::uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 31;
+  };
+  mix(static_cast<std::uint64_t>(D::consume) << 8 | static_cast<std::uint64_t>(D::input) << 4 |
+      static_cast<std::uint64_t>(D::output));
+  mix(static_cast<std::uint64_t>(D::root));
+  if constexpr (D::root != Root::none) mix(static_cast<std::uint64_t>(call.root));
+  mix(static_cast<std::uint64_t>(call.type));
+  if constexpr (D::consume == Consume::reduce) mix(static_cast<std::uint64_t>(call.op.kind));
+  mix(bytes);
+  return h ^ (h >> 16) ^ (h >> 32) ^ (h >> 48);
+}
 
 // How this call divides a staging half. Identical on every rank for the same declaration.
 template <class D>
@@ -185,7 +214,7 @@ PURLIN_HD Status push_messages(Atom& atom, const Context& ctx, const Call& call,
     Offer o;
     if (!latency_offer<D>(ctx, call, d, &o) || tx[d] + 1 <= 2) return false;
     word = slot_ack(ctx, phase, d);
-    value = tx[d] + 1 - 2;
+    value = flag_word(tx[d] + 1 - 2);
     return true;
   }));
   atom.push_each(n, [&](int i, PacketPush& m) {
@@ -193,7 +222,8 @@ PURLIN_HD Status push_messages(Atom& atom, const Context& ctx, const Call& call,
     Offer o;
     if (!latency_offer<D>(ctx, call, d, &o)) return false;
     const std::uint64_t q = tx[d] + 1;
-    m = PacketPush{packets_of(ctx, d, phase, ctx.rank, q), o.src, o.bytes, q};
+    m = PacketPush{packets_of(ctx, d, phase, ctx.rank, q), o.src, o.bytes, flag_word(q, message_tag<D>(call, o.bytes)),
+                   ready_at(ctx, d, phase, ctx.rank)};
     return true;
   });
   atom.put_each(n, [&](int d, std::uint64_t*& word, std::uint64_t& value) {
@@ -213,7 +243,7 @@ PURLIN_HD void ack_messages(Atom& atom, const Context& ctx, int phase, From&& fr
   atom.signal_each(ctx.nranks, [&](int s, std::uint64_t*& word, std::uint64_t& value) {
     if (!from(s)) return false;
     word = ack_at(ctx, s, phase, ctx.rank);
-    value = rx[s] + 1;
+    value = flag_word(rx[s] + 1);
     return true;
   });
   atom.put_each(ctx.nranks, [&](int s, std::uint64_t*& word, std::uint64_t& value) {
@@ -229,7 +259,8 @@ PURLIN_HD void ack_messages(Atom& atom, const Context& ctx, int phase, From&& fr
 template <class Atom>
 PURLIN_HD Status open_lane(Atom& atom, const Context& ctx, int phase, int consumer, std::uint64_t offset) {
   LocalState& st = *ctx.state;
-  if (st.lane_first[phase][consumer]) PURLIN_TRY(atom.wait(slot_ack(ctx, phase, consumer), st.lane_first[phase][consumer]));
+  if (st.lane_first[phase][consumer])
+    PURLIN_TRY(atom.wait(slot_ack(ctx, phase, consumer), flag_word(st.lane_first[phase][consumer])));
   atom.store_relaxed(lane_base_at(ctx, consumer, phase, ctx.rank), offset);
   atom.put(&st.lane_first[phase][consumer], st.tx[phase][consumer] + 1);
   return Status::ok;
@@ -244,7 +275,7 @@ PURLIN_HD Status wait_slot(Atom& atom, const Context& ctx, const Call& call, con
   return atom.wait_each(ctx.nranks, [&](int d, std::uint64_t*& word, std::uint64_t& value) {
     if (!offered_to<D>(call, o, d)) return false;
     word = slot_ack(ctx, phase, d);
-    value = ctx.state->lane_first[phase][d] + j - l.slots;
+    value = flag_word(ctx.state->lane_first[phase][d] + j - l.slots);
     return true;
   });
 }
@@ -259,10 +290,11 @@ PURLIN_HD void notify_chunk(Atom& atom, const Context& ctx, const Call& call, in
     value = ctx.state->lane_first[phase][d] + j;
     return true;
   });
+  const std::uint64_t tag = message_tag<D>(call, o.bytes);
   atom.signal_each(ctx.nranks, [&](int d, std::uint64_t*& word, std::uint64_t& value) {
     if (!offered_to<D>(call, o, d)) return false;
     word = ready_at(ctx, d, phase, ctx.rank);
-    value = ctx.state->lane_first[phase][d] + j;
+    value = flag_word(ctx.state->lane_first[phase][d] + j, tag);
     return true;
   });
 }
@@ -306,11 +338,11 @@ PURLIN_HD Status stage(Atom& atom, const Context& ctx, const Call& call, const L
 // ---------------------------------------------------------------------------------------------
 // Consume.
 
-// Pull (or receive) chunk j of producer s's message on `phase`; returns the source pointer.
+// Pull (or receive) chunk j of producer s's message (tag `tag`) on `phase`; returns the source pointer.
 template <class Atom>
 PURLIN_HD Status acquire_chunk(Atom& atom, const Context& ctx, const Lanes& l, int phase, int s, std::uint64_t j,
-                               std::uint64_t q0, std::uint64_t* base, const char** src) {
-  PURLIN_TRY(atom.wait(ready_at(ctx, ctx.rank, phase, s), q0 + j + 1));
+                               std::uint64_t q0, std::uint64_t tag, std::uint64_t* base, const char** src) {
+  PURLIN_TRY(atom.wait(ready_at(ctx, ctx.rank, phase, s), flag_word(q0 + j + 1, tag)));
   if (j == 0) *base = atom.load_relaxed(lane_base_at(ctx, ctx.rank, phase, s));
   *src = ctx.win[s].staging + *base + (j % l.slots) * l.chunk;
   return Status::ok;
@@ -319,7 +351,7 @@ PURLIN_HD Status acquire_chunk(Atom& atom, const Context& ctx, const Lanes& l, i
 template <class Atom>
 PURLIN_HD void ack_chunk(Atom& atom, const Context& ctx, int phase, int s, std::uint64_t q) {
   atom.put(&ctx.state->rx[phase][s], q);
-  atom.signal(ack_at(ctx, s, phase, ctx.rank), q);
+  atom.signal(ack_at(ctx, s, phase, ctx.rank), flag_word(q));
 }
 
 // The next-phase (G) producer side used by a fused consume: stage G's input chunk by chunk as F
@@ -369,6 +401,7 @@ PURLIN_HD Status consume(Atom& atom, const Context& ctx, const Call& call, const
     // Every producer sends the same number of bytes: one regime, one chunking.
     std::uint64_t bytes = packed_bytes;
     if (bytes == 0) return Status::ok;
+    const std::uint64_t tag = message_tag<D>(call, bytes);
     const char* srcs[kMaxRanks];
     int nsrc = 0;
     if (use_latency(ctx, bytes)) {
@@ -377,7 +410,8 @@ PURLIN_HD Status consume(Atom& atom, const Context& ctx, const Call& call, const
       auto from = [&](int s) { return consumes_from<D>(call, s); };
       PURLIN_TRY(atom.pull_reduce(next ? ctx.scratch : packed_dst, bytes, n, [&](int s, PacketSource& m) {
         if (!from(s)) return false;
-        m = PacketSource{packets_of(ctx, ctx.rank, phase, s, rx[s] + 1), rx[s] + 1};
+        m = PacketSource{packets_of(ctx, ctx.rank, phase, s, rx[s] + 1), flag_word(rx[s] + 1, tag),
+                         ready_at(ctx, ctx.rank, phase, s)};
         return true;
       }));
       ack_messages(atom, ctx, phase, from);
@@ -393,7 +427,7 @@ PURLIN_HD Status consume(Atom& atom, const Context& ctx, const Call& call, const
       PURLIN_TRY(atom.wait_each(n, [&](int s, std::uint64_t*& word, std::uint64_t& value) {
         if (!consumes_from<D>(call, s)) return false;
         word = ready_at(ctx, ctx.rank, phase, s);
-        value = q0[s] + j + 1;
+        value = flag_word(q0[s] + j + 1, tag);
         return true;
       }));
       nsrc = 0;
@@ -408,7 +442,7 @@ PURLIN_HD Status consume(Atom& atom, const Context& ctx, const Call& call, const
       atom.signal_each(n, [&](int s, std::uint64_t*& word, std::uint64_t& value) {
         if (!consumes_from<D>(call, s)) return false;
         word = ack_at(ctx, s, phase, ctx.rank);
-        value = q0[s] + j + 1;
+        value = flag_word(q0[s] + j + 1);
         return true;
       });
       atom.put_each(n, [&](int s, std::uint64_t*& word, std::uint64_t& value) {
@@ -445,8 +479,9 @@ PURLIN_HD Status consume(Atom& atom, const Context& ctx, const Call& call, const
     PURLIN_TRY(atom.pull_each(n, [&](int s, PacketPull& m) {
       if (!latency_from(s)) return false;
       char* dst = next ? ctx.scratch : D::output == Layout::packed ? packed_dst : call.out[s].ptr;
-      m = PacketPull{dst, packets_of(ctx, ctx.rank, phase, s, rx[s] + 1), incoming_bytes<D>(call, s, packed_bytes),
-                     rx[s] + 1};
+      const std::uint64_t bytes = incoming_bytes<D>(call, s, packed_bytes);
+      m = PacketPull{dst, packets_of(ctx, ctx.rank, phase, s, rx[s] + 1), bytes,
+                     flag_word(rx[s] + 1, message_tag<D>(call, bytes)), ready_at(ctx, ctx.rank, phase, s)};
       return true;
     }));
     ack_messages(atom, ctx, phase, latency_from);
@@ -457,7 +492,7 @@ PURLIN_HD Status consume(Atom& atom, const Context& ctx, const Call& call, const
         std::uint64_t bytes = incoming_bytes<D>(call, s, packed_bytes);
         if (bytes == 0 || use_latency(ctx, bytes) || j * l.chunk >= bytes) return false;
         word = ready_at(ctx, ctx.rank, phase, s);
-        value = q0[s] + j + 1;
+        value = flag_word(q0[s] + j + 1, message_tag<D>(call, bytes));
         return true;
       }));
       for (int s = 0; s < n; ++s) {
@@ -468,7 +503,7 @@ PURLIN_HD Status consume(Atom& atom, const Context& ctx, const Call& call, const
         if (begin >= bytes) continue;
         std::uint64_t len = bytes - begin < l.chunk ? bytes - begin : l.chunk;
         const char* src = nullptr;
-        PURLIN_TRY(acquire_chunk(atom, ctx, l, phase, s, j, q0[s], &base[s], &src));
+        PURLIN_TRY(acquire_chunk(atom, ctx, l, phase, s, j, q0[s], message_tag<D>(call, bytes), &base[s], &src));
         char* dst = (D::output == Layout::packed ? packed_dst : call.out[s].ptr) + begin;
         if (fused) PURLIN_TRY(next->slot(atom, j, &dst));
         atom.copy(dst, src, len);
@@ -490,9 +525,23 @@ PURLIN_HD Status begin_call(Atom& atom, const Context& ctx) {
   const std::uint64_t half = ctx.state->epoch & 1;
   return atom.wait_each(kMaxPhases * ctx.nranks, [&](int i, std::uint64_t*& word, std::uint64_t& value) {
     const int ph = i / ctx.nranks, d = i % ctx.nranks;
-    value = ctx.state->half_need[half][ph][d];
+    const std::uint64_t need = ctx.state->half_need[half][ph][d];
     word = slot_ack(ctx, ph, d);
-    return value != 0;
+    value = flag_word(need);
+    return need != 0;
+  });
+}
+
+// A rank that found its call mismatched with a peer's (Status::invalid_usage) stores the status in
+// every peer's fault word: their waits end too, instead of waiting for messages that never come.
+// `windows` are the windows whose fault words the peers watch.
+template <class Atom>
+PURLIN_HD void raise_fault(Atom& atom, const Context& ctx, const Window* windows, Status s) {
+  atom.signal_each(ctx.nranks, [&](int d, std::uint64_t*& word, std::uint64_t& value) {
+    if (d == ctx.rank) return false;
+    word = windows[d].fault;
+    value = static_cast<std::uint64_t>(s);
+    return true;
   });
 }
 

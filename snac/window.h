@@ -4,8 +4,10 @@
 //   ready[phase][producer]      epoch counters written by producers (release), polled by the owner
 //   lane_base[phase][producer]  where, in the producer's staging, the current message's lane starts
 //   ack[phase][consumer]        counters written by consumers (release), polled by the owner
+//   fault                       a Status stored by a peer that found the ranks' calls mismatched
 //   staging[2][half]            two halves chosen by the producer's call parity
-//   packets[phase][producer][2][packets_per_pair]   latency path: 8 data bytes + 8-byte epoch
+//   packets[phase][producer][2][packets_per_pair]   latency path: 8 data bytes + 8-byte flag word
+// ready, ack and packet flags hold flag words (atom/packet.h): sequence number and tag.
 #pragma once
 
 #include <cstddef>
@@ -25,7 +27,8 @@ struct WindowGeometry {
   int nranks = 0;
   std::uint64_t staging_half = 0;       // bytes per parity half
   std::uint64_t packets_per_pair = 0;   // per (phase, producer, parity)
-  std::uint64_t ready_off = 0, lane_base_off = 0, ack_off = 0, staging_off = 0, packets_off = 0, total = 0;
+  std::uint64_t ready_off = 0, lane_base_off = 0, ack_off = 0, fault_off = 0, staging_off = 0, packets_off = 0,
+                total = 0;
 
   static WindowGeometry make(int nranks, std::uint64_t staging_half, std::uint64_t packets_per_pair) {
     auto align = [](std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; };
@@ -37,7 +40,8 @@ struct WindowGeometry {
     g.ready_off = 0;
     g.lane_base_off = align(g.ready_off + counters, 128);
     g.ack_off = align(g.lane_base_off + counters, 128);
-    g.staging_off = align(g.ack_off + counters, 4096);
+    g.fault_off = align(g.ack_off + counters, 128);
+    g.staging_off = align(g.fault_off + sizeof(std::uint64_t), 4096);
     g.packets_off = align(g.staging_off + 2 * g.staging_half, 4096);
     g.total = align(g.packets_off + sizeof(Packet) * kMaxPhases * static_cast<std::uint64_t>(nranks) * 2 *
                                         packets_per_pair, 4096);
@@ -50,6 +54,7 @@ struct Window {
   std::uint64_t* ready;
   std::uint64_t* lane_base;
   std::uint64_t* ack;
+  std::uint64_t* fault;
   char* staging;
   Packet* packets;
 
@@ -57,8 +62,8 @@ struct Window {
     char* b = static_cast<char*>(base);
     return Window{reinterpret_cast<std::uint64_t*>(b + g.ready_off),
                   reinterpret_cast<std::uint64_t*>(b + g.lane_base_off),
-                  reinterpret_cast<std::uint64_t*>(b + g.ack_off), b + g.staging_off,
-                  reinterpret_cast<Packet*>(b + g.packets_off)};
+                  reinterpret_cast<std::uint64_t*>(b + g.ack_off), reinterpret_cast<std::uint64_t*>(b + g.fault_off),
+                  b + g.staging_off, reinterpret_cast<Packet*>(b + g.packets_off)};
   }
 };
 

@@ -31,14 +31,41 @@ class Backoff {
 
 }  // namespace
 
-Status HostAtom::wait(std::uint64_t* flag, std::uint64_t value) const {
+Status HostAtom::mismatched(const std::uint64_t* flag, std::uint64_t seen, std::uint64_t want) const {
+  if (guard_.failed) guard_.failed->store(true);
+  return fail(Status::invalid_usage,
+              fmt::format("the ranks called this collective with different arguments (count, data type, reduction op "
+                          "or root): message {} arrived with tag {:04x} at {}, this rank's call expects tag {:04x}",
+                          seq_of(want), tag_of(seen), static_cast<const void*>(flag), tag_of(want)));
+}
+
+Status HostAtom::wait_word(std::uint64_t* flag, std::uint64_t value, const std::uint64_t* announce) const {
   std::atomic_ref<std::uint64_t> f(*flag);
-  if (f.load(std::memory_order_acquire) >= value) return Status::ok;
+  if (arrival(f.load(std::memory_order_acquire), value) == Arrival::arrived) return Status::ok;
   Backoff backoff;
   const auto start = std::chrono::steady_clock::now();
-  while (f.load(std::memory_order_acquire) < value) {
+  for (;;) {
+    const std::uint64_t seen = f.load(std::memory_order_acquire);
+    const Arrival a = arrival(seen, value);
+    if (a == Arrival::arrived) return Status::ok;
+    if (a == Arrival::mismatch) return mismatched(flag, seen, value);
     backoff.pause();
     if (!backoff.check_now()) continue;
+    if (announce) {
+      const std::uint64_t said =
+          std::atomic_ref<std::uint64_t>(*const_cast<std::uint64_t*>(announce)).load(std::memory_order_relaxed);
+      if (arrival(said, value) == Arrival::mismatch) return mismatched(announce, said, value);
+    }
+    if (guard_.fault) {
+      const std::uint64_t fault =
+          std::atomic_ref<std::uint64_t>(*const_cast<std::uint64_t*>(guard_.fault)).load(std::memory_order_acquire);
+      if (fault != 0) {
+        if (guard_.failed) guard_.failed->store(true);
+        return fail(static_cast<Status>(fault),
+                    "a peer found that the ranks called this collective with different arguments (count, data type, "
+                    "reduction op or root)");
+      }
+    }
     if (guard_.failed && guard_.failed->load(std::memory_order_relaxed)) return Status::remote_error;
     if (guard_.abort && guard_.abort->load(std::memory_order_relaxed)) {
       if (guard_.failed) guard_.failed->store(true);
@@ -48,14 +75,14 @@ Status HostAtom::wait(std::uint64_t* flag, std::uint64_t value) const {
     if (waited > guard_.timeout_s) {
       if (guard_.failed) guard_.failed->store(true);
       return fail(Status::remote_error,
-                  fmt::format("a peer did not answer within {:.0f} s (PURLIN_TIMEOUT): waiting for {} at {}, seen {}",
-                              guard_.timeout_s, value, static_cast<void*>(flag), f.load()));
+                  fmt::format("a peer did not answer within {:.0f} s (PURLIN_TIMEOUT): waiting for message {} at {}, "
+                              "seen {}",
+                              guard_.timeout_s, seq_of(value), static_cast<void*>(flag), seq_of(f.load())));
     }
   }
-  return Status::ok;
 }
 
-void HostAtom::push(Packet* dst, const char* src, std::size_t bytes, std::uint64_t q) const {
+void HostAtom::push(Packet* dst, const char* src, std::size_t bytes, std::uint64_t q, std::uint64_t* announce) const {
   std::size_t words = bytes / 8;
   for (std::size_t i = 0; i < words; ++i) {
     std::uint64_t v;
@@ -69,12 +96,13 @@ void HostAtom::push(Packet* dst, const char* src, std::size_t bytes, std::uint64
     std::atomic_ref<std::uint64_t>(dst[words].data).store(v, std::memory_order_relaxed);
     std::atomic_ref<std::uint64_t>(dst[words].flag).store(q, std::memory_order_release);
   }
+  if (announce) std::atomic_ref<std::uint64_t>(*announce).store(q, std::memory_order_relaxed);
 }
 
-Status HostAtom::pull(char* dst, Packet* src, std::size_t bytes, std::uint64_t q) const {
+Status HostAtom::pull(char* dst, Packet* src, std::size_t bytes, std::uint64_t q, const std::uint64_t* announce) const {
   std::size_t packets = (bytes + 7) / 8;
   for (std::size_t i = 0; i < packets; ++i) {
-    PURLIN_TRY(wait(&src[i].flag, q));
+    PURLIN_TRY(wait_word(&src[i].flag, q, announce));
     std::uint64_t v = std::atomic_ref<std::uint64_t>(src[i].data).load(std::memory_order_relaxed);
     std::size_t n = (i + 1) * 8 <= bytes ? 8 : bytes - i * 8;
     std::memcpy(dst + 8 * i, &v, n);

@@ -22,6 +22,9 @@ struct WaitGuard {
   const std::atomic<bool>* abort = nullptr;
   std::atomic<bool>* failed = nullptr;
   double timeout_s = 300.0;
+  // The rank's fault word in its window: a peer that found the ranks' calls mismatched stores a
+  // Status there (snac::raise_fault).
+  const std::uint64_t* fault = nullptr;
 };
 
 class HostAtom {
@@ -50,12 +53,14 @@ class HostAtom {
     return std::atomic_ref<std::uint64_t>(*word).load(std::memory_order_relaxed);
   }
 
-  // Acquire wait until *flag >= value, or an error on abort, failure of a sibling, or timeout.
-  Status wait(std::uint64_t* flag, std::uint64_t value) const;
+  // Acquire wait until the flag word at `flag` reaches `value` (atom/packet.h), or an error on a
+  // mismatched word, abort, failure of a sibling, a fault raised by a peer, or timeout.
+  Status wait(std::uint64_t* flag, std::uint64_t value) const { return wait_word(flag, value, nullptr); }
 
-  // Latency path: payload words then flags (release), one packet per 8 bytes.
-  void push(Packet* dst, const char* src, std::size_t bytes, std::uint64_t q) const;
-  Status pull(char* dst, Packet* src, std::size_t bytes, std::uint64_t q) const;
+  // Latency path: payload words then flags (release), one packet per 8 bytes; then the announce
+  // word, if any (see PacketPush).
+  void push(Packet* dst, const char* src, std::size_t bytes, std::uint64_t q, std::uint64_t* announce = nullptr) const;
+  Status pull(char* dst, Packet* src, std::size_t bytes, std::uint64_t q, const std::uint64_t* announce = nullptr) const;
 
   // Batched forms (see atom/sm/sm_atom.cuh): item i is named by f(i, ...), false skips it. One
   // thread runs a role here, so they are loops.
@@ -88,14 +93,14 @@ class HostAtom {
   void push_each(int n, F&& f) const {
     for (int i = 0; i < n; ++i) {
       PacketPush m{};
-      if (f(i, m)) push(m.dst, m.src, m.bytes, m.q);
+      if (f(i, m)) push(m.dst, m.src, m.bytes, m.q, m.announce);
     }
   }
   template <class F>
   Status pull_each(int n, F&& f) const {
     for (int i = 0; i < n; ++i) {
       PacketPull m{};
-      if (f(i, m)) PURLIN_TRY(pull(m.dst, const_cast<Packet*>(m.src), m.bytes, m.q));
+      if (f(i, m)) PURLIN_TRY(pull(m.dst, const_cast<Packet*>(m.src), m.bytes, m.q, m.announce));
     }
     return Status::ok;
   }
@@ -108,7 +113,7 @@ class HostAtom {
       PacketSource m{};
       if (!f(i, m)) continue;
       char* into = buf.data() + static_cast<std::size_t>(nsrc) * bytes;
-      PURLIN_TRY(pull(into, const_cast<Packet*>(m.src), bytes, m.q));
+      PURLIN_TRY(pull(into, const_cast<Packet*>(m.src), bytes, m.q, m.announce));
       srcs[nsrc++] = into;
     }
     if (nsrc) reduce(dst, srcs, nsrc, bytes);
@@ -116,6 +121,10 @@ class HostAtom {
   }
 
  private:
+  // wait(), also watching `announce` while it waits long (see PacketPull).
+  Status wait_word(std::uint64_t* flag, std::uint64_t value, const std::uint64_t* announce) const;
+  Status mismatched(const std::uint64_t* flag, std::uint64_t seen, std::uint64_t want) const;
+
   // Per-thread room for pull_reduce's received messages; grows, never shrinks.
   static std::vector<char>& pull_buffer(std::size_t bytes) {
     thread_local std::vector<char> buf;

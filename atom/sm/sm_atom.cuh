@@ -7,9 +7,12 @@
 //    the cumulativity of release make every thread's earlier writes visible to whoever acquires.
 //  - wait: thread 0 spins with acquire loads at system scope, then a CTA barrier publishes the
 //    result (and the ordering) to every thread.
-//  - push: one 16-byte store per packet {8 data bytes, 8-byte epoch}; pull spins on the packet's
-//    epoch with 16-byte volatile loads.
-// Every spin checks the communicator's abort word and a time budget every 1024 iterations.
+//  - push: one 16-byte store per packet {8 data bytes, 8-byte flag word}; pull spins on the packet's
+//    flag word with 16-byte volatile loads.
+//  - every wait compares flag words as atom/packet.h says: a word with the awaited sequence number
+//    and another tag ends the wait with Status::invalid_usage (the ranks' calls differ).
+// Every spin checks the communicator's abort word, the rank's fault word and a time budget every
+// 1024 iterations.
 #pragma once
 
 #include <cstddef>
@@ -238,7 +241,13 @@ class SmAtom {
     if (threadIdx.x == 0) {
       int result = static_cast<int>(Status::ok);
       std::uint32_t spins = 0;
-      while (acquire(flag) < value) {
+      for (;;) {
+        const Arrival a = arrival(acquire(flag), value);
+        if (a == Arrival::arrived) break;
+        if (a == Arrival::mismatch) {
+          result = mismatch();
+          break;
+        }
         if ((++spins & 1023) == 0 && (result = give_up()) != 0) break;
       }
       *shared_status_ = result;
@@ -272,7 +281,12 @@ class SmAtom {
       std::uint32_t spins = 0;
       for (;;) {
         ld_packet(src + i, &v, &f);
-        if (f >= q) break;
+        const Arrival a = arrival(f, q);
+        if (a == Arrival::arrived) break;
+        if (a == Arrival::mismatch) {
+          result = mismatch();
+          break;
+        }
         if ((++spins & 1023) == 0 && (result = give_up()) != 0) break;
       }
       if (result) break;
@@ -303,7 +317,13 @@ class SmAtom {
       std::uint64_t value = 0;
       if (!f(i, word, value)) continue;
       std::uint32_t spins = 0;
-      while (acquire(word) < value) {
+      for (;;) {
+        const Arrival a = arrival(acquire(word), value);
+        if (a == Arrival::arrived) break;
+        if (a == Arrival::mismatch) {
+          result = mismatch();
+          break;
+        }
         if ((++spins & 1023) == 0 && (result = give_up()) != 0) break;
       }
     }
@@ -360,6 +380,8 @@ class SmAtom {
         st_packet(batch[m].dst + p, v, batch[m].q);
       }
     }
+    for (int m = threadIdx.x; m < n; m += blockDim.x)
+      if (live[m] && batch[m].announce) st_relaxed_sys(batch[m].announce, batch[m].q);
     __syncthreads();
   }
 
@@ -379,7 +401,7 @@ class SmAtom {
       for (int m = 0; m < n && result == 0; ++m) {
         if (!live[m] || p * 8 >= batch[m].bytes) continue;
         std::uint64_t v;
-        result = wait_packet(batch[m].src + p, batch[m].q, &v);
+        result = wait_packet(batch[m].src + p, batch[m].q, batch[m].announce, &v);
         if (result == 0) store_word(batch[m].dst, p, batch[m].bytes, v);
       }
     }
@@ -405,7 +427,7 @@ class SmAtom {
         for (int m = 0; m < n && result == 0; ++m) {
           if (!live[m]) continue;
           std::uint64_t v;
-          result = wait_packet(batch[m].src + p, batch[m].q, &v);
+          result = wait_packet(batch[m].src + p, batch[m].q, batch[m].announce, &v);
           if (result) break;
           if (started) fold.next(r, v);
           else fold.first(r, v);
@@ -442,17 +464,28 @@ class SmAtom {
     }
     for (std::uint64_t b = 0; b < 8 && p * 8 + b < bytes; ++b) dst[p * 8 + b] = static_cast<char>(v >> (8 * b));
   }
-  // Spins until the packet carries epoch q; 0 or the Status that ended the wait.
-  __device__ int wait_packet(const Packet* packet, std::uint64_t q, std::uint64_t* v) const {
+  // Spins until the packet carries flag word q; 0 or the Status that ended the wait. A long wait
+  // also reads the pair's announce word (see PacketPull).
+  __device__ int wait_packet(const Packet* packet, std::uint64_t q, const std::uint64_t* announce,
+                             std::uint64_t* v) const {
     std::uint32_t spins = 0;
     for (;;) {
       std::uint64_t f;
       ld_packet(packet, v, &f);
-      if (f >= q) return 0;
+      const Arrival a = arrival(f, q);
+      if (a == Arrival::arrived) return 0;
+      if (a == Arrival::mismatch) return mismatch();
       if ((++spins & 1023) == 0) {
+        if (announce && arrival(ld_relaxed_sys(announce), q) == Arrival::mismatch) return mismatch();
         if (int r = give_up()) return r;
       }
     }
+  }
+  // This rank's call differs from a peer's: reported on the host; snac::raise_fault tells the peers.
+  __device__ int mismatch() const {
+    *guard_.error = static_cast<int>(Status::invalid_usage);
+    __threadfence_system();
+    return static_cast<int>(Status::invalid_usage);
   }
   // The CTA's common outcome of a step in which threads may have failed separately.
   __device__ Status agree(int result) const {
@@ -469,7 +502,12 @@ class SmAtom {
   // Non-zero (a Status) when the wait must end: abort requested, a sibling failed, or time is up.
   __device__ int give_up() const {
     if (*guard_.abort) return static_cast<int>(Status::remote_error);
-    if (*guard_.error) return static_cast<int>(Status::remote_error);
+    if (*guard_.error) return *guard_.error;
+    if (guard_.fault && *guard_.fault) {
+      *guard_.error = static_cast<int>(*guard_.fault);
+      __threadfence_system();
+      return static_cast<int>(*guard_.fault);
+    }
     if (global_ns() - start_ > guard_.timeout_ns) {
       *guard_.error = static_cast<int>(Status::remote_error);
       __threadfence_system();

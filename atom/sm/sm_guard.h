@@ -9,6 +9,9 @@ struct SmGuard {
   const volatile int* abort;   // host-mapped: set by ncclCommAbort / revoke
   volatile int* error;         // host-mapped: a kernel that gives up stores a Status here
   std::uint64_t timeout_ns;    // a wait longer than this gives up
+  // The rank's fault word in its window: a peer that found the ranks' calls mismatched stores a
+  // Status there (see snac::raise_fault), and every wait that spins long reads it.
+  const volatile std::uint64_t* fault;
 };
 
 }  // namespace purlin::atom

@@ -121,6 +121,12 @@ class HostExecutor final : public Executor {
 
   Status execute(const Op& op, void*) override {
     if (abort_.load()) return fail(Status::remote_error, "the communicator was aborted");
+    if (std::atomic_ref<std::uint64_t>(*windows_[ctx_.rank].fault).load(std::memory_order_acquire) != 0) {
+      abort_.store(true);
+      return fail(Status::invalid_usage,
+                  "a peer found that the ranks called a collective with different arguments (count, data type, "
+                  "reduction op or root): the communicator runs no collective again");
+    }
     Call call = op.call();
     std::vector<Part> private_in;
     if (op.copy_input) {
@@ -146,11 +152,12 @@ class HostExecutor final : public Executor {
   template <class D>
   Status run(const Call& call, const char* name) {
     std::atomic<bool> failed{false};
-    atom::WaitGuard guard{&abort_, &failed, timeout_s_};
+    atom::WaitGuard guard{&abort_, &failed, timeout_s_, windows_[ctx_.rank].fault};
     atom::HostAtom atom(call.type, call.op, guard);
     PURLIN_TRY(begin_call(atom, ctx_));
     constexpr int roles = role_count<D>();
-    Status status[roles];
+    Status status[roles]{};
+    std::string why[roles];  // the messages of roles that failed on worker threads
     const bool latency = all_latency<D>(ctx_, call);
     {
       std::lock_guard<std::mutex> g(plan_m_);
@@ -167,18 +174,30 @@ class HostExecutor final : public Executor {
         workers_[r - 1].post([&, r] {
           atom::HostAtom a(call.type, call.op, guard);
           status[r] = run_role<D>(a, ctx_, call, static_cast<Role>(r));
-          if (status[r] != Status::ok) failed.store(true);
+          if (status[r] != Status::ok) {
+            why[r] = last_error();
+            failed.store(true);
+          }
         });
       }
       status[0] = run_role<D>(atom, ctx_, call, Role::stage);
       if (status[0] != Status::ok) failed.store(true);
       for (int r = 1; r < roles; ++r) workers_[r - 1].wait();
     }
-    for (Status s : status)
-      if (s != Status::ok) {
-        abort_.store(true);  // the protocol state is no longer consistent across ranks
-        return s;
+    // The first role that failed stopped its siblings (they report remote_error): report its cause.
+    Status cause = Status::ok;
+    int culprit = 0;
+    for (int r = 0; r < roles; ++r)
+      if (status[r] == Status::invalid_usage || (status[r] != Status::ok && cause == Status::ok)) {
+        cause = status[r];
+        culprit = r;
       }
+    if (cause != Status::ok) {
+      if (culprit > 0 && !why[culprit].empty()) adopt_error(cause, why[culprit]);
+      abort_.store(true);  // the protocol state is no longer consistent across ranks
+      if (cause == Status::invalid_usage) raise_fault(atom, ctx_, windows_.data(), cause);
+      return cause;
+    }
     end_call(ctx_);
     return Status::ok;
   }

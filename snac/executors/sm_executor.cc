@@ -104,7 +104,8 @@ class SmExecutor final : public Executor {
     args_.channels = channels_;
     args_.scratch_bytes = scratch_bytes_;
     args_.guard = atom::SmGuard{static_cast<const volatile int*>(flags_dev), static_cast<volatile int*>(flags_dev) + 1,
-                                static_cast<std::uint64_t>(args.timeout_s * 1e9)};
+                                static_cast<std::uint64_t>(args.timeout_s * 1e9),
+                                reinterpret_cast<const volatile std::uint64_t*>(static_cast<char*>(window_) + geo_.fault_off)};
     args_.done = done_;
     args_.one_gpu = args.one_gpu;
     // Programmatic dependent launch (Hopper and newer): the next kernel launches while this one

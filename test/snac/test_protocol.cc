@@ -864,13 +864,14 @@ TEST_CASE("HostAtom::wait returns once the flag reaches the value, and fails at 
   alignas(8) std::uint64_t flag = 0;
   std::thread setter([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    atom.signal(&flag, 3);
+    atom.signal(&flag, atom::flag_word(3));
   });
-  CHECK(atom.wait(&flag, 3) == Status::ok);
+  CHECK(atom.wait(&flag, atom::flag_word(3)) == Status::ok);
+  CHECK(atom.wait(&flag, atom::flag_word(2)) == Status::ok);  // a later message counts as arrived
   setter.join();
   CHECK_FALSE(failed.load());
   const auto t0 = Clock::now();
-  CHECK(atom.wait(&flag, 4) != Status::ok);
+  CHECK(atom.wait(&flag, atom::flag_word(4)) == Status::remote_error);
   const double waited = seconds_since(t0);
   CHECK(waited >= 0.2);
   CHECK(waited < 1.2);
@@ -878,3 +879,98 @@ TEST_CASE("HostAtom::wait returns once the flag reaches the value, and fails at 
 }
 
 }  // namespace
+
+// ---- mismatched calls ---------------------------------------------------------------------------
+
+// Runs one call per rank, each rank with its own CallData (the ranks disagree), as the host
+// executor does: roles on their own threads, and a rank whose call finds a mismatch raises the fault
+// in its peers' windows. Returns each rank's status and when it ended.
+struct MismatchRun {
+  std::vector<Status> status;
+  std::vector<double> seconds;
+};
+
+MismatchRun run_mismatched(World& w, const Plan& plan, std::vector<CallData>& per_rank) {
+  MismatchRun out;
+  out.status.assign(static_cast<std::size_t>(w.n), Status::ok);
+  out.seconds.assign(static_cast<std::size_t>(w.n), 0.0);
+  const auto t0 = Clock::now();
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < w.n; ++r)
+    ranks.emplace_back([&, r] {
+      const Context& ctx = w.ctx[r];
+      const Call& call = per_rank[r].ranks[r].call;
+      std::atomic<bool> failed{false};
+      const atom::WaitGuard guard{&w.abort, &failed, w.timeout_s, w.windows[r].fault};
+      Atom atom(call.type, call.op, guard);
+      Status result = begin_call(atom, ctx);
+      if (result == Status::ok) {
+        Status status[3] = {Status::ok, Status::ok, Status::ok};
+        std::vector<std::thread> roles;
+        for (int role = 1; role < plan.roles; ++role)
+          roles.emplace_back([&, role] {
+            Atom a(call.type, call.op, guard);
+            status[role] = plan.role(a, ctx, call, static_cast<Role>(role));
+            if (status[role] != Status::ok) failed.store(true);
+          });
+        status[0] = plan.role(atom, ctx, call, Role::stage);
+        if (status[0] != Status::ok) failed.store(true);
+        for (std::thread& t : roles) t.join();
+        for (Status s : status)
+          if (s == Status::invalid_usage || (s != Status::ok && result == Status::ok)) result = s;
+      }
+      if (result == Status::invalid_usage) raise_fault(atom, ctx, w.windows.data(), result);
+      out.status[r] = result;
+      out.seconds[r] = seconds_since(t0);
+    });
+  for (std::thread& t : ranks) t.join();
+  return out;
+}
+
+TEST_CASE("ranks whose calls differ stop with invalid_usage at once, on both paths", "[snac][protocol][mismatch]") {
+  // latency_max 1024: 256-byte messages take packets, 16 KiB ones are staged in 512-byte chunks.
+  const Settings s{16 << 10, 512, 2, 1024, false};
+  static const Plan all_reduce = plan_of<coll::AllReduce>("AllReduce");
+  static const Plan all_gather = plan_of<coll::AllGather>("AllGather");
+  static const Plan broadcast = plan_of<coll::Broadcast>("Broadcast");
+  struct Case {
+    const char* what;
+    const Plan* plan;
+    DataType type0, type1;  // rank 0's, the others'
+    u64 count0, count1;     // elements per rank (per shard for AllReduce)
+  };
+  const Case cases[] = {
+      {"AllReduce, counts differ, both on packets", &all_reduce, DataType::int32, DataType::int32, 48, 64},
+      {"AllReduce, packets against staged", &all_reduce, DataType::int32, DataType::int32, 64, 4096},
+      {"AllReduce, staged, counts differ", &all_reduce, DataType::int32, DataType::int32, 4096, 3000},
+      {"AllReduce, same bytes, other type", &all_reduce, DataType::f32, DataType::int32, 2048, 2048},
+      {"AllGather, packets against staged", &all_gather, DataType::uint8, DataType::uint8, 4096, 200},
+      {"AllGather, same bytes, other type", &all_gather, DataType::int32, DataType::f32, 100, 100},
+      {"Broadcast, counts differ", &broadcast, DataType::uint8, DataType::uint8, 9000, 7000},
+  };
+  constexpr int n = 3;
+  for (const Case& c : cases) {
+    INFO(c.what);
+    World w(n, s);
+    w.timeout_s = 30;
+    Rng rng(11);
+    auto shapes_for = [&](u64 count) {
+      if (c.plan == &all_reduce) return coll::uniform_shapes<coll::AllReduce>(n, count * n, 0, 64);
+      if (c.plan == &all_gather) return coll::uniform_shapes<coll::AllGather>(n, count, 0, 64);
+      return coll::uniform_shapes<coll::Broadcast>(n, count, 0, 64);
+    };
+    std::vector<CallData> per_rank;
+    per_rank.push_back(prepare(n, CallSpec{c.plan, c.type0, 0, shapes_for(c.count0)}, rng));
+    for (int r = 1; r < n; ++r) per_rank.push_back(prepare(n, CallSpec{c.plan, c.type1, 0, shapes_for(c.count1)}, rng));
+    const MismatchRun run = run_mismatched(w, *c.plan, per_rank);
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r << " status " << static_cast<int>(run.status[r]) << " after " << run.seconds[r] << " s");
+      // The Broadcast root consumes nothing: its call may end before anyone notices.
+      if (c.plan == &broadcast && r == 0) CHECK((run.status[r] == Status::ok || run.status[r] == Status::invalid_usage));
+      else CHECK(run.status[r] == Status::invalid_usage);
+      CHECK(run.seconds[r] < 5.0);  // found by the tags, not by the 30 s timeout
+    }
+    // The fault stays raised: every rank's window says so.
+    for (int r = 1; r < n; ++r) CHECK(*w.windows[r].fault == static_cast<u64>(Status::invalid_usage));
+  }
+}

@@ -41,33 +41,29 @@ static_assert(sizeof(Packet) == 16);
 inline constexpr int kMaxBatch = 64;
 
 // One message of packets to push: `bytes` from `src` into the packet buffer `dst`, flag word `q`.
-// The same word is also stored (relaxed, nothing waits for it in a consistent call) at `announce`,
-// the consumer's counter for staged messages of this pair: a consumer that expects a staged
-// message there sees at once that this producer sent packets instead.
 struct PacketPush {
   Packet* dst;
   const char* src;
   std::uint64_t bytes;
   std::uint64_t q;
-  std::uint64_t* announce;
 };
 
 // One message of packets to receive: wait for flag word `q` in `src`, write `bytes` to `dst`. While
-// it waits long, it also reads `announce` (the pair's staged-message counter): the producer's word
-// there with this sequence number and another tag means the producer staged instead (a mismatch).
+// it waits long, it also reads `watch` (where the producer would have notified the message had it
+// sent it the other way, staged): the same sequence number there with another tag is a mismatch.
 struct PacketPull {
   char* dst;
   const Packet* src;
   std::uint64_t bytes;
   std::uint64_t q;
-  const std::uint64_t* announce;
+  const std::uint64_t* watch;
 };
 
 // One source of a reduction read straight from packets (fields as in PacketPull).
 struct PacketSource {
   const Packet* src;
   std::uint64_t q;
-  const std::uint64_t* announce;
+  const std::uint64_t* watch;
 };
 
 }  // namespace purlin::atom

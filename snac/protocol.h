@@ -10,8 +10,6 @@
 //  - Latency path (a pair's message up to Context::latency_max bytes): the producer pushes 16-byte
 //    packets {8 data bytes, q} into the consumer's packet buffer of parity q % 2; stage and notify
 //    are one store. Before reusing a parity it waits for the consumer's ack of message q - 2.
-//    It also announces q in the consumer's ready word, where nothing waits for it unless the
-//    consumer's call differs (it expected a staged message).
 //  - Throughput path: the producer copies its contribution chunk by chunk into a ring of slots in its
 //    own staging (half chosen by its call parity) and notifies each consumer with q; consumers pull
 //    from the producer's staging and ack q into the producer's window. Slot j is reused for chunk
@@ -33,7 +31,10 @@
 // message, computed by each end from its own call (message_tag), beside the sequence number
 // (atom/packet.h). A consumer whose call differs from its producer's sees the right sequence number
 // with another tag and stops with Status::invalid_usage; raise_fault then stops the peers, whose
-// waits watch their fault word. Acks carry tag 0.
+// waits watch their fault word. Acks carry tag 0. Where the ends disagree on the path (one sends
+// packets, the other expects a staged message), a consumer that waits long also reads where the
+// message would be notified on the other path (the pair's ready word, or its first packet) and
+// finds the producer's tag there.
 #pragma once
 
 #include <cstdint>
@@ -82,23 +83,17 @@ PURLIN_HD bool consumes_from(const Call& call, int producer) {
 PURLIN_HD std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
 
 // The tag of one message of declaration D carrying `bytes`: a hash of what producer and consumer
-// must agree on (the declaration, the data type, the reduction, the root, the message's size).
+// must agree on (the declaration, the data type, the reduction, the root, the message's size). Kept
+// to a few multiplies: every message of the latency path computes it.
 template <class D>
 PURLIN_HD std::uint64_t message_tag(const Call& call, std::uint64_t bytes) {
-  std::uint64_t h = 0x243f6a8885a308d3ull;
-  auto mix = [&h](std::uint64_t v) {
-    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 31;
-  };
-  mix(static_cast<std::uint64_t>(D::consume) << 8 | static_cast<std::uint64_t>(D::input) << 4 |
-      static_cast<std::uint64_t>(D::output));
-  mix(static_cast<std::uint64_t>(D::root));
-  if constexpr (D::root != Root::none) mix(static_cast<std::uint64_t>(call.root));
-  mix(static_cast<std::uint64_t>(call.type));
-  if constexpr (D::consume == Consume::reduce) mix(static_cast<std::uint64_t>(call.op.kind));
-  mix(bytes);
-  return h ^ (h >> 16) ^ (h >> 32) ^ (h >> 48);
+  constexpr std::uint64_t shape = static_cast<std::uint64_t>(D::consume) << 6 | static_cast<std::uint64_t>(D::input) << 4 |
+                                  static_cast<std::uint64_t>(D::output) << 2 | static_cast<std::uint64_t>(D::root);
+  std::uint64_t key = shape << 56 | static_cast<std::uint64_t>(call.type) << 48;
+  if constexpr (D::root != Root::none) key |= static_cast<std::uint64_t>(call.root & 0xff) << 40;
+  if constexpr (D::consume == Consume::reduce) key |= static_cast<std::uint64_t>(call.op.kind) << 32;
+  const std::uint64_t h = (key ^ (bytes * 0x9e3779b97f4a7c15ull)) * 0xbf58476d1ce4e5b9ull;
+  return h >> 48;
 }
 
 // How this call divides a staging half. Identical on every rank for the same declaration.
@@ -222,8 +217,7 @@ PURLIN_HD Status push_messages(Atom& atom, const Context& ctx, const Call& call,
     Offer o;
     if (!latency_offer<D>(ctx, call, d, &o)) return false;
     const std::uint64_t q = tx[d] + 1;
-    m = PacketPush{packets_of(ctx, d, phase, ctx.rank, q), o.src, o.bytes, flag_word(q, message_tag<D>(call, o.bytes)),
-                   ready_at(ctx, d, phase, ctx.rank)};
+    m = PacketPush{packets_of(ctx, d, phase, ctx.rank, q), o.src, o.bytes, flag_word(q, message_tag<D>(call, o.bytes))};
     return true;
   });
   atom.put_each(n, [&](int d, std::uint64_t*& word, std::uint64_t& value) {
@@ -424,10 +418,12 @@ PURLIN_HD Status consume(Atom& atom, const Context& ctx, const Call& call, const
     for (std::uint64_t j = 0; j < chunks; ++j) {
       std::uint64_t begin = j * l.chunk;
       std::uint64_t len = bytes - begin < l.chunk ? bytes - begin : l.chunk;
-      PURLIN_TRY(atom.wait_each(n, [&](int s, std::uint64_t*& word, std::uint64_t& value) {
+      PURLIN_TRY(atom.wait_each_watching(n, [&](int s, std::uint64_t*& word, std::uint64_t& value,
+                                                const std::uint64_t*& watch) {
         if (!consumes_from<D>(call, s)) return false;
         word = ready_at(ctx, ctx.rank, phase, s);
         value = flag_word(q0[s] + j + 1, tag);
+        if (j == 0) watch = &packets_of(ctx, ctx.rank, phase, s, q0[s] + 1)->flag;
         return true;
       }));
       nsrc = 0;
@@ -487,12 +483,14 @@ PURLIN_HD Status consume(Atom& atom, const Context& ctx, const Call& call, const
     ack_messages(atom, ctx, phase, latency_from);
     if (fused) PURLIN_TRY(next->open(atom));
     for (std::uint64_t j = 0; j < max_chunks; ++j) {
-      PURLIN_TRY(atom.wait_each(n, [&](int s, std::uint64_t*& word, std::uint64_t& value) {
+      PURLIN_TRY(atom.wait_each_watching(n, [&](int s, std::uint64_t*& word, std::uint64_t& value,
+                                                const std::uint64_t*& watch) {
         if (!consumes_from<D>(call, s)) return false;
         std::uint64_t bytes = incoming_bytes<D>(call, s, packed_bytes);
         if (bytes == 0 || use_latency(ctx, bytes) || j * l.chunk >= bytes) return false;
         word = ready_at(ctx, ctx.rank, phase, s);
         value = flag_word(q0[s] + j + 1, message_tag<D>(call, bytes));
+        if (j == 0) watch = &packets_of(ctx, ctx.rank, phase, s, q0[s] + 1)->flag;
         return true;
       }));
       for (int s = 0; s < n; ++s) {

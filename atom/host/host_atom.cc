@@ -39,7 +39,7 @@ Status HostAtom::mismatched(const std::uint64_t* flag, std::uint64_t seen, std::
                           seq_of(want), tag_of(seen), static_cast<const void*>(flag), tag_of(want)));
 }
 
-Status HostAtom::wait_word(std::uint64_t* flag, std::uint64_t value, const std::uint64_t* announce) const {
+Status HostAtom::wait_word(std::uint64_t* flag, std::uint64_t value, const std::uint64_t* watch) const {
   std::atomic_ref<std::uint64_t> f(*flag);
   if (arrival(f.load(std::memory_order_acquire), value) == Arrival::arrived) return Status::ok;
   Backoff backoff;
@@ -51,10 +51,10 @@ Status HostAtom::wait_word(std::uint64_t* flag, std::uint64_t value, const std::
     if (a == Arrival::mismatch) return mismatched(flag, seen, value);
     backoff.pause();
     if (!backoff.check_now()) continue;
-    if (announce) {
+    if (watch) {
       const std::uint64_t said =
-          std::atomic_ref<std::uint64_t>(*const_cast<std::uint64_t*>(announce)).load(std::memory_order_relaxed);
-      if (arrival(said, value) == Arrival::mismatch) return mismatched(announce, said, value);
+          std::atomic_ref<std::uint64_t>(*const_cast<std::uint64_t*>(watch)).load(std::memory_order_relaxed);
+      if (arrival(said, value) == Arrival::mismatch) return mismatched(watch, said, value);
     }
     if (guard_.fault) {
       const std::uint64_t fault =
@@ -82,7 +82,7 @@ Status HostAtom::wait_word(std::uint64_t* flag, std::uint64_t value, const std::
   }
 }
 
-void HostAtom::push(Packet* dst, const char* src, std::size_t bytes, std::uint64_t q, std::uint64_t* announce) const {
+void HostAtom::push(Packet* dst, const char* src, std::size_t bytes, std::uint64_t q) const {
   std::size_t words = bytes / 8;
   for (std::size_t i = 0; i < words; ++i) {
     std::uint64_t v;
@@ -96,13 +96,12 @@ void HostAtom::push(Packet* dst, const char* src, std::size_t bytes, std::uint64
     std::atomic_ref<std::uint64_t>(dst[words].data).store(v, std::memory_order_relaxed);
     std::atomic_ref<std::uint64_t>(dst[words].flag).store(q, std::memory_order_release);
   }
-  if (announce) std::atomic_ref<std::uint64_t>(*announce).store(q, std::memory_order_relaxed);
 }
 
-Status HostAtom::pull(char* dst, Packet* src, std::size_t bytes, std::uint64_t q, const std::uint64_t* announce) const {
+Status HostAtom::pull(char* dst, Packet* src, std::size_t bytes, std::uint64_t q, const std::uint64_t* watch) const {
   std::size_t packets = (bytes + 7) / 8;
   for (std::size_t i = 0; i < packets; ++i) {
-    PURLIN_TRY(wait_word(&src[i].flag, q, announce));
+    PURLIN_TRY(wait_word(&src[i].flag, q, watch));
     std::uint64_t v = std::atomic_ref<std::uint64_t>(src[i].data).load(std::memory_order_relaxed);
     std::size_t n = (i + 1) * 8 <= bytes ? 8 : bytes - i * 8;
     std::memcpy(dst + 8 * i, &v, n);

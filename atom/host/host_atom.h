@@ -57,10 +57,10 @@ class HostAtom {
   // mismatched word, abort, failure of a sibling, a fault raised by a peer, or timeout.
   Status wait(std::uint64_t* flag, std::uint64_t value) const { return wait_word(flag, value, nullptr); }
 
-  // Latency path: payload words then flags (release), one packet per 8 bytes; then the announce
-  // word, if any (see PacketPush).
-  void push(Packet* dst, const char* src, std::size_t bytes, std::uint64_t q, std::uint64_t* announce = nullptr) const;
-  Status pull(char* dst, Packet* src, std::size_t bytes, std::uint64_t q, const std::uint64_t* announce = nullptr) const;
+  // Latency path: payload words then flags (release), one packet per 8 bytes. pull also reads
+  // `watch` while it waits long (see PacketPull).
+  void push(Packet* dst, const char* src, std::size_t bytes, std::uint64_t q) const;
+  Status pull(char* dst, Packet* src, std::size_t bytes, std::uint64_t q, const std::uint64_t* watch = nullptr) const;
 
   // Batched forms (see atom/sm/sm_atom.cuh): item i is named by f(i, ...), false skips it. One
   // thread runs a role here, so they are loops.
@@ -70,6 +70,18 @@ class HostAtom {
       std::uint64_t* word = nullptr;
       std::uint64_t value = 0;
       if (f(i, word, value)) PURLIN_TRY(wait(word, value));
+    }
+    return Status::ok;
+  }
+  // wait_each, where f(i, word, value, watch) also names a word to read while the wait is long
+  // (see SmAtom::wait_each_watching).
+  template <class F>
+  Status wait_each_watching(int n, F&& f) const {
+    for (int i = 0; i < n; ++i) {
+      std::uint64_t* word = nullptr;
+      const std::uint64_t* watch = nullptr;
+      std::uint64_t value = 0;
+      if (f(i, word, value, watch)) PURLIN_TRY(wait_word(word, value, watch));
     }
     return Status::ok;
   }
@@ -93,14 +105,14 @@ class HostAtom {
   void push_each(int n, F&& f) const {
     for (int i = 0; i < n; ++i) {
       PacketPush m{};
-      if (f(i, m)) push(m.dst, m.src, m.bytes, m.q, m.announce);
+      if (f(i, m)) push(m.dst, m.src, m.bytes, m.q);
     }
   }
   template <class F>
   Status pull_each(int n, F&& f) const {
     for (int i = 0; i < n; ++i) {
       PacketPull m{};
-      if (f(i, m)) PURLIN_TRY(pull(m.dst, const_cast<Packet*>(m.src), m.bytes, m.q, m.announce));
+      if (f(i, m)) PURLIN_TRY(pull(m.dst, const_cast<Packet*>(m.src), m.bytes, m.q, m.watch));
     }
     return Status::ok;
   }
@@ -113,7 +125,7 @@ class HostAtom {
       PacketSource m{};
       if (!f(i, m)) continue;
       char* into = buf.data() + static_cast<std::size_t>(nsrc) * bytes;
-      PURLIN_TRY(pull(into, const_cast<Packet*>(m.src), bytes, m.q, m.announce));
+      PURLIN_TRY(pull(into, const_cast<Packet*>(m.src), bytes, m.q, m.watch));
       srcs[nsrc++] = into;
     }
     if (nsrc) reduce(dst, srcs, nsrc, bytes);
@@ -121,8 +133,8 @@ class HostAtom {
   }
 
  private:
-  // wait(), also watching `announce` while it waits long (see PacketPull).
-  Status wait_word(std::uint64_t* flag, std::uint64_t value, const std::uint64_t* announce) const;
+  // wait(), also reading `watch` while it waits long (see PacketPull).
+  Status wait_word(std::uint64_t* flag, std::uint64_t value, const std::uint64_t* watch) const;
   Status mismatched(const std::uint64_t* flag, std::uint64_t seen, std::uint64_t want) const;
 
   // Per-thread room for pull_reduce's received messages; grows, never shrinks.

@@ -330,6 +330,37 @@ class SmAtom {
     return agree(result);
   }
 
+  // wait_each, where f(i, word, value, watch) also names a word to read while the wait is long: the
+  // awaited sequence number there with another tag (the peer notified the message another way) is
+  // a mismatch. `watch` may stay null.
+  template <class F>
+  __device__ Status wait_each_watching(int n, F&& f) const {
+    int result = 0;
+    for (int i = threadIdx.x; i < n && result == 0; i += blockDim.x) {
+      std::uint64_t* word = nullptr;
+      const std::uint64_t* watch = nullptr;
+      std::uint64_t value = 0;
+      if (!f(i, word, value, watch)) continue;
+      std::uint32_t spins = 0;
+      for (;;) {
+        const Arrival a = arrival(acquire(word), value);
+        if (a == Arrival::arrived) break;
+        if (a == Arrival::mismatch) {
+          result = mismatch();
+          break;
+        }
+        if ((++spins & 1023) == 0) {
+          if (watch && arrival(ld_relaxed_sys(watch), value) == Arrival::mismatch) {
+            result = mismatch();
+            break;
+          }
+          if ((result = give_up()) != 0) break;
+        }
+      }
+    }
+    return agree(result);
+  }
+
   // Release stores, one per item, after everything the CTA wrote so far.
   template <class F>
   __device__ void signal_each(int n, F&& f) const {
@@ -380,8 +411,6 @@ class SmAtom {
         st_packet(batch[m].dst + p, v, batch[m].q);
       }
     }
-    for (int m = threadIdx.x; m < n; m += blockDim.x)
-      if (live[m] && batch[m].announce) st_relaxed_sys(batch[m].announce, batch[m].q);
     __syncthreads();
   }
 
@@ -401,7 +430,7 @@ class SmAtom {
       for (int m = 0; m < n && result == 0; ++m) {
         if (!live[m] || p * 8 >= batch[m].bytes) continue;
         std::uint64_t v;
-        result = wait_packet(batch[m].src + p, batch[m].q, batch[m].announce, &v);
+        result = wait_packet(batch[m].src + p, batch[m].q, batch[m].watch, &v);
         if (result == 0) store_word(batch[m].dst, p, batch[m].bytes, v);
       }
     }
@@ -427,7 +456,7 @@ class SmAtom {
         for (int m = 0; m < n && result == 0; ++m) {
           if (!live[m]) continue;
           std::uint64_t v;
-          result = wait_packet(batch[m].src + p, batch[m].q, batch[m].announce, &v);
+          result = wait_packet(batch[m].src + p, batch[m].q, batch[m].watch, &v);
           if (result) break;
           if (started) fold.next(r, v);
           else fold.first(r, v);
@@ -464,10 +493,21 @@ class SmAtom {
     }
     for (std::uint64_t b = 0; b < 8 && p * 8 + b < bytes; ++b) dst[p * 8 + b] = static_cast<char>(v >> (8 * b));
   }
-  // Spins until the packet carries flag word q; 0 or the Status that ended the wait. A long wait
-  // also reads the pair's announce word (see PacketPull).
-  __device__ int wait_packet(const Packet* packet, std::uint64_t q, const std::uint64_t* announce,
-                             std::uint64_t* v) const {
+  // 0 once the packet carries flag word q, or the Status that ended the wait. Inlined into every
+  // typed fold of pull_reduce, so only the check of a packet that has arrived is inline; waiting
+  // happens out of line (two H200 ranks, AllReduce of 1 KiB from a graph: 9.2 us with the whole
+  // wait inlined, 7.7 us so, against 7.2 before the tag check).
+  __device__ __forceinline__ int wait_packet(const Packet* packet, std::uint64_t q, const std::uint64_t* watch,
+                                             std::uint64_t* v) const {
+    std::uint64_t f;
+    ld_packet(packet, v, &f);
+    if (f == q) return 0;
+    return spin_packet(packet, q, watch, v);
+  }
+  // Spins until the packet carries flag word q. A long wait also reads the watch word (see
+  // PacketPull).
+  __device__ __noinline__ int spin_packet(const Packet* packet, std::uint64_t q, const std::uint64_t* watch,
+                                          std::uint64_t* v) const {
     std::uint32_t spins = 0;
     for (;;) {
       std::uint64_t f;
@@ -476,17 +516,14 @@ class SmAtom {
       if (a == Arrival::arrived) return 0;
       if (a == Arrival::mismatch) return mismatch();
       if ((++spins & 1023) == 0) {
-        if (announce && arrival(ld_relaxed_sys(announce), q) == Arrival::mismatch) return mismatch();
+        if (watch && arrival(ld_relaxed_sys(watch), q) == Arrival::mismatch) return mismatch();
         if (int r = give_up()) return r;
       }
     }
   }
-  // This rank's call differs from a peer's: reported on the host; snac::raise_fault tells the peers.
-  __device__ int mismatch() const {
-    *guard_.error = static_cast<int>(Status::invalid_usage);
-    __threadfence_system();
-    return static_cast<int>(Status::invalid_usage);
-  }
+  // This rank's call differs from a peer's. The kernel reports the status on the host when the role
+  // ends (so do its sibling CTAs, which then stop), and snac::raise_fault tells the peers.
+  __device__ static int mismatch() { return static_cast<int>(Status::invalid_usage); }
   // The CTA's common outcome of a step in which threads may have failed separately.
   __device__ Status agree(int result) const {
     __syncthreads();

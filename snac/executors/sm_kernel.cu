@@ -57,7 +57,6 @@ __global__ void __launch_bounds__(kSmThreads, 2) snac_kernel(const __grid_consta
   __shared__ Part in[kMaxRanks];
   __shared__ Part out[kMaxRanks];
   __shared__ int status_word;
-  __shared__ int fault_word;
   // The channel's protocol state, read once: the roles' many small reads and writes of it then stay
   // on chip, and each role writes back what it owns before the channel's end of call.
   __shared__ LocalState state;
@@ -69,8 +68,6 @@ __global__ void __launch_bounds__(kSmThreads, 2) snac_kernel(const __grid_consta
 #if __CUDA_ARCH__ >= 900
   if (a.pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-  // A fault a peer raised in an earlier call (mismatched calls) stops this one before it starts.
-  if (threadIdx.x == 0) fault_word = static_cast<int>(*a.guard.fault);
   copy_words(reinterpret_cast<std::uint64_t*>(&state), reinterpret_cast<const std::uint64_t*>(global_state),
              static_cast<int>(sizeof(LocalState) / sizeof(std::uint64_t)));
   __syncthreads();
@@ -88,8 +85,8 @@ __global__ void __launch_bounds__(kSmThreads, 2) snac_kernel(const __grid_consta
   call.mid_bytes = slice_bytes(a.mid_bytes, c, a.channels);
 
   atom::SmAtom atom(a.type, a.op, a.guard, &status_word, a.one_gpu);
-  Status s = static_cast<Status>(fault_word);
-  if (s == Status::ok && stages<D>(ctx, call, role)) s = begin_call(atom, ctx);
+  Status s = Status::ok;
+  if (stages<D>(ctx, call, role)) s = begin_call(atom, ctx);
   if (s == Status::ok) s = run_role<D>(atom, ctx, call, role);
   // The peers of every channel watch the fault word of their channel-0 window.
   if (s == Status::invalid_usage) raise_fault(atom, ctx, a.ctx.win, s);

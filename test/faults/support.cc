@@ -230,21 +230,23 @@ void destroy_stream(bool gpu, cudaStream_t s) {
 ncclResult_t settle(bool gpu, ncclComm_t comm, cudaStream_t stream, double timeout_s) {
   const double until = now_s() + timeout_s;
   for (;;) {
-    ncclResult_t state = ncclSuccess;
-    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return ncclInvalidArgument;
-    if (state != ncclSuccess && state != ncclInProgress) return state;
-    bool done = state == ncclSuccess;
+    // The stream first: once it has finished, the state read next includes whatever its kernels
+    // reported before they ended.
+    bool finished = true;
 #if defined(PURLIN_HAVE_CUDA)
-    if (gpu && done) {
+    if (gpu) {
       cudaError_t e = cudaStreamQuery(stream);
-      if (e == cudaErrorNotReady) done = false;
+      if (e == cudaErrorNotReady) finished = false;
       else if (e != cudaSuccess) return ncclUnhandledCudaError;
     }
 #else
     (void)gpu;
     (void)stream;
 #endif
-    if (done) return ncclSuccess;
+    ncclResult_t state = ncclSuccess;
+    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return ncclInvalidArgument;
+    if (state != ncclSuccess && state != ncclInProgress) return state;
+    if (finished && state == ncclSuccess) return ncclSuccess;
     if (now_s() > until) return ncclInternalError;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }

@@ -1,7 +1,8 @@
 // Mismatched calls: the ranks of a communicator call the same collective with different counts,
 // data types or reduction ops (rank 0 differs from the others). Every rank must end with
 // ncclInvalidUsage, from the call itself, from ncclCommGetAsyncError, or at the latest from the
-// next call (a Broadcast root consumes nothing and may finish the mismatched call), within 10 s and
+// next call (a Broadcast root consumes nothing and may finish the mismatched call; the next call
+// here is an AllReduce, which waits for the peers), within 10 s and
 // without the timeout's help (PURLIN_TIMEOUT stays at its default); ncclGetLastError says the calls
 // differed; nothing is written past the end of any output (the bytes after it stay poisoned); abort
 // returns promptly and every process exits.

@@ -84,7 +84,12 @@ struct DevBuf {
   ~DevBuf() { cudaFree(ptr); }
   DevBuf(const DevBuf&) = delete;
   DevBuf& operator=(const DevBuf&) = delete;
-  void put(const std::vector<S>& v) { CUDA_OK(cudaMemcpy(ptr, v.data(), v.size() * sizeof(S), cudaMemcpyHostToDevice)); }
+  // cudaMemcpy from pageable memory may return before the copy lands, and the ranks' streams do
+  // not wait for the legacy stream.
+  void put(const std::vector<S>& v) {
+    CUDA_OK(cudaMemcpy(ptr, v.data(), v.size() * sizeof(S), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
+  }
   std::vector<S> get(std::size_t n) const {
     std::vector<S> v(n);
     CUDA_OK(cudaMemcpy(v.data(), ptr, n * sizeof(S), cudaMemcpyDeviceToHost));
@@ -138,6 +143,7 @@ void one_rank_type(Rank& rk, ncclDataType_t dt, std::size_t count, bool graph) {
   S* two_dev = nullptr;
   CUDA_OK(cudaMalloc(&two_dev, sizeof(S)));
   CUDA_OK(cudaMemcpy(two_dev, &two, sizeof(S), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
   std::vector<S> doubled(count);
   for (std::size_t i = 0; i < count; ++i) doubled[i] = small<T>(2 * value(0, i));
 

@@ -171,7 +171,11 @@ Buffer::~Buffer() {
 void Buffer::upload(const void* host, std::size_t bytes) {
 #if defined(PURLIN_HAVE_CUDA)
   if (gpu_) {
+    // From pageable memory cudaMemcpy may return before the copy has landed, and the tests' streams
+    // do not wait for the legacy stream: wait for it here, or a collective may run before its input
+    // (or an output's poison) is in place.
     cudaMemcpy(data_, host, bytes, cudaMemcpyHostToDevice);
+    cudaStreamSynchronize(cudaStreamLegacy);
     return;
   }
 #endif

@@ -21,6 +21,10 @@ enum class Status : int {
 
 PURLIN_HD bool failed(Status s) { return s != Status::ok && s != Status::in_progress; }
 
+// What every report of mismatched calls (Status::invalid_usage from a message's tag) begins with.
+inline constexpr const char* kDifferentArguments =
+    "the ranks called a collective with different arguments (count, data type, reduction op or root)";
+
 // Records the message of the last failure of the calling thread (ncclGetLastError) and logs
 // it at WARN. Returns `code` so that call sites read `return fail(Status::x, "...")`.
 Status fail(Status code, const std::string& message);

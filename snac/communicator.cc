@@ -183,9 +183,8 @@ std::string Communicator::failure_reason() const {
     if (!failure_why_.empty()) return failure_why_;
   }
   if (executor_ && executor_->async_status() == Status::invalid_usage)
-    return fmt::format("the ranks called a collective with different arguments (count, data type, reduction op or "
-                       "root): it stopped on the {} datapath, and the communicator runs no collective again",
-                       executor_->datapath());
+    return fmt::format("{}: it stopped on the {} datapath, and the communicator runs no collective again",
+                       kDifferentArguments, executor_->datapath());
   if (executor_ && executor_->async_status() != Status::ok)
     return fmt::format("a collective of this communicator stopped on the {} datapath before it completed (a peer "
                        "failed or did not arrive within PURLIN_TIMEOUT, or the communicator was aborted)",

@@ -34,9 +34,8 @@ class Backoff {
 Status HostAtom::mismatched(const std::uint64_t* flag, std::uint64_t seen, std::uint64_t want) const {
   if (guard_.failed) guard_.failed->store(true);
   return fail(Status::invalid_usage,
-              fmt::format("the ranks called this collective with different arguments (count, data type, reduction op "
-                          "or root): message {} arrived with tag {:04x} at {}, this rank's call expects tag {:04x}",
-                          seq_of(want), tag_of(seen), static_cast<const void*>(flag), tag_of(want)));
+              fmt::format("{}: message {} arrived with tag {:04x} at {}, this rank's call expects tag {:04x}",
+                          kDifferentArguments, seq_of(want), tag_of(seen), static_cast<const void*>(flag), tag_of(want)));
 }
 
 Status HostAtom::wait_word(std::uint64_t* flag, std::uint64_t value, const std::uint64_t* watch) const {
@@ -61,9 +60,7 @@ Status HostAtom::wait_word(std::uint64_t* flag, std::uint64_t value, const std::
           std::atomic_ref<std::uint64_t>(*const_cast<std::uint64_t*>(guard_.fault)).load(std::memory_order_acquire);
       if (fault != 0) {
         if (guard_.failed) guard_.failed->store(true);
-        return fail(static_cast<Status>(fault),
-                    "a peer found that the ranks called this collective with different arguments (count, data type, "
-                    "reduction op or root)");
+        return fail(static_cast<Status>(fault), fmt::format("a peer found that {}", kDifferentArguments));
       }
     }
     if (guard_.failed && guard_.failed->load(std::memory_order_relaxed)) return Status::remote_error;

@@ -66,12 +66,9 @@ class HostAtom {
   // thread runs a role here, so they are loops.
   template <class F>
   Status wait_each(int n, F&& f) const {
-    for (int i = 0; i < n; ++i) {
-      std::uint64_t* word = nullptr;
-      std::uint64_t value = 0;
-      if (f(i, word, value)) PURLIN_TRY(wait(word, value));
-    }
-    return Status::ok;
+    return wait_each_watching(n, [&f](int i, std::uint64_t*& word, std::uint64_t& value, const std::uint64_t*&) {
+      return f(i, word, value);
+    });
   }
   // wait_each, where f(i, word, value, watch) also names a word to read while the wait is long
   // (see SmAtom::wait_each_watching).

@@ -124,8 +124,7 @@ class HostExecutor final : public Executor {
     if (std::atomic_ref<std::uint64_t>(*windows_[ctx_.rank].fault).load(std::memory_order_acquire) != 0) {
       abort_.store(true);
       return fail(Status::invalid_usage,
-                  "a peer found that the ranks called a collective with different arguments (count, data type, "
-                  "reduction op or root): the communicator runs no collective again");
+                  fmt::format("a peer found that {}: the communicator runs no collective again", kDifferentArguments));
     }
     Call call = op.call();
     std::vector<Part> private_in;

@@ -23,7 +23,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -107,27 +106,6 @@ std::uint64_t fnv1a(const std::string& s) {
   std::uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
   return h;
-}
-
-Status random64(std::uint64_t* out) {
-  std::uint8_t* p = reinterpret_cast<std::uint8_t*>(out);
-  std::size_t got = 0;
-  while (got < sizeof(*out)) {
-    ssize_t n = getrandom(p + got, sizeof(*out) - got, 0);
-    if (n > 0) {
-      got += static_cast<std::size_t>(n);
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else {
-      break;
-    }
-  }
-  if (got == sizeof(*out)) return Status::ok;
-  Socket urandom(::open("/dev/urandom", O_RDONLY | O_CLOEXEC));
-  if (urandom.valid() && ::read(urandom.fd(), out, sizeof(*out)) == static_cast<ssize_t>(sizeof(*out))) {
-    return Status::ok;
-  }
-  return fail(Status::system_error, "cannot read random bytes for the unique id");
 }
 
 // ---- accepting hellos --------------------------------------------------------------------------
@@ -490,7 +468,7 @@ Status make_unique_id(UniqueId* out) {
     id.secret = fnv1a("NCCL_COMM_ID=" + comm_id);
     log::info(kLog, "Bootstrap: unique id for NCCL_COMM_ID={} ({}); rank 0 serves the rendezvous", comm_id, root.str());
   } else {
-    PURLIN_TRY(random64(&id.secret));
+    PURLIN_TRY(net::random64(&id.secret));
     Address local;
     PURLIN_TRY(net::bootstrap_address(&local));
     PURLIN_TRY(start_root(local, id.secret, 0, false, &root));
@@ -924,6 +902,11 @@ void Bootstrap::abort() {
   for (int r = 0; r < m.nranks; ++r) {
     if (r != m.rank) m.peers[r]->sock.shutdown();
   }
+}
+
+bool Bootstrap::stopped() const {
+  const Impl& m = *impl_;
+  return m.flags().raised() || m.interrupted() || peer_lost();
 }
 
 bool Bootstrap::peer_lost() const {

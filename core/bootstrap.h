@@ -63,6 +63,11 @@ class Bootstrap {
   // clears it.
   void set_interrupt(const std::atomic<bool>* flag);
 
+  // True once this rank aborted (abort(), the abort flag of create, the interrupt flag) or a peer's
+  // connection was lost: a wait between these ranks outside the Bootstrap should end too. Never
+  // blocks.
+  bool stopped() const;
+
   // Tells every peer that this rank is leaving in good order (the communicator is finalized or
   // destroyed, not aborted), so that its closing connection is not taken for a death. Best effort,
   // never blocks for long, sends once; call it when this rank has no more operations to make.

@@ -56,6 +56,7 @@ struct Config {
   bool direct_disabled = false;        // PURLIN_DIRECT_MAX_BYTES=none: always ReduceScatter + AllGather
   std::uint64_t channel_bytes = 0;     // PURLIN_CHANNEL_BYTES: bytes of a call per SM channel
   bool pdl_disabled = false;           // PURLIN_PDL=0: no programmatic dependent launch
+  bool cumem_disabled = false;         // PURLIN_CUMEM=0: share device memory by legacy CUDA IPC only
 };
 
 // The process-wide configuration, read on first use.

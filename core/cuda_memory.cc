@@ -1,11 +1,105 @@
 #include "core/cuda_memory.h"
 
 #include <cstring>
+#include <type_traits>
 
+#include <cuda.h>  // the driver's types; its functions are reached through cudaGetDriverEntryPointByVersion
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
 namespace purlin::cuda {
+namespace {
+
+// The driver functions of cuMem, found at run time (the library does not link libcuda).
+struct Vmm {
+  decltype(&::cuDeviceGet) device_get = nullptr;
+  decltype(&::cuDeviceGetAttribute) attribute = nullptr;
+  decltype(&::cuGetErrorString) error_string = nullptr;
+  decltype(&::cuMemGetAllocationGranularity) granularity = nullptr;
+  decltype(&::cuMemCreate) create = nullptr;
+  decltype(&::cuMemRelease) release = nullptr;
+  decltype(&::cuMemAddressReserve) reserve = nullptr;
+  decltype(&::cuMemAddressFree) address_free = nullptr;
+  decltype(&::cuMemMap) map = nullptr;
+  decltype(&::cuMemUnmap) unmap = nullptr;
+  decltype(&::cuMemSetAccess) set_access = nullptr;
+  decltype(&::cuMemExportToShareableHandle) export_handle = nullptr;
+  decltype(&::cuMemImportFromShareableHandle) import_handle = nullptr;
+  bool found = false;
+};
+
+template <class Fn>
+bool entry(const char* name, Fn* fn) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess || p == nullptr) {
+    cudaGetLastError();
+    return false;
+  }
+  *fn = reinterpret_cast<Fn>(p);
+  return true;
+}
+
+const Vmm& vmm() {
+  static const Vmm v = [] {
+    Vmm v;
+    v.found = entry("cuDeviceGet", &v.device_get) && entry("cuDeviceGetAttribute", &v.attribute) &&
+              entry("cuGetErrorString", &v.error_string) &&
+              entry("cuMemGetAllocationGranularity", &v.granularity) && entry("cuMemCreate", &v.create) &&
+              entry("cuMemRelease", &v.release) && entry("cuMemAddressReserve", &v.reserve) &&
+              entry("cuMemAddressFree", &v.address_free) && entry("cuMemMap", &v.map) &&
+              entry("cuMemUnmap", &v.unmap) && entry("cuMemSetAccess", &v.set_access) &&
+              entry("cuMemExportToShareableHandle", &v.export_handle) &&
+              entry("cuMemImportFromShareableHandle", &v.import_handle);
+    return v;
+  }();
+  return v;
+}
+
+Status drv(CUresult r, const char* what) {
+  if (r == CUDA_SUCCESS) return Status::ok;
+  const char* text = nullptr;
+  if (vmm().error_string) vmm().error_string(r, &text);
+  return fail(Status::cuda_error, fmt::format("{}: CUDA driver error {} ({})", what, static_cast<int>(r), text ? text : "?"));
+}
+
+CUmemAllocationProp allocation_prop(int device) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  return prop;
+}
+
+// Reserves an address range for `handle`, maps it and lets `device` read and write it.
+Status map_for(int device, unsigned long long handle, std::size_t bytes, VmmMapping* out) {
+  const Vmm& v = vmm();
+  CUdeviceptr base = 0;
+  PURLIN_TRY(drv(v.reserve(&base, bytes, 0, 0, 0), "cuMemAddressReserve"));
+  Status s = drv(v.map(base, bytes, 0, handle, 0), "cuMemMap");
+  if (s != Status::ok) {
+    v.address_free(base, bytes);
+    return s;
+  }
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  s = drv(v.set_access(base, bytes, &access, 1), "cuMemSetAccess");
+  if (s != Status::ok) {
+    v.unmap(base, bytes);
+    v.address_free(base, bytes);
+    return s;
+  }
+  out->ptr = reinterpret_cast<void*>(base);
+  out->bytes = bytes;
+  out->handle = handle;
+  return Status::ok;
+}
+
+}  // namespace
 
 Status check(int e, const char* what) {
   if (e == cudaSuccess) return Status::ok;
@@ -44,6 +138,67 @@ Status ipc_import(const IpcHandle& handle, void** ptr) {
 
 void ipc_close(void* ptr) {
   if (ptr) cudaIpcCloseMemHandle(ptr);
+}
+
+bool vmm_fd_supported(int device) {
+  const Vmm& v = vmm();
+  if (!v.found) return false;
+  CUdevice dev = 0;
+  int vmm_ok = 0, fd_ok = 0;
+  if (v.device_get(&dev, device) != CUDA_SUCCESS) return false;
+  if (v.attribute(&vmm_ok, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) != CUDA_SUCCESS) return false;
+  if (v.attribute(&fd_ok, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev) != CUDA_SUCCESS) return false;
+  return vmm_ok && fd_ok;
+}
+
+Status vmm_alloc(int device, std::size_t bytes, VmmMapping* out) {
+  const Vmm& v = vmm();
+  if (!v.found) return fail(Status::cuda_error, "cuMem: the driver's virtual memory functions were not found");
+  const CUmemAllocationProp prop = allocation_prop(device);
+  std::size_t grain = 0;
+  PURLIN_TRY(drv(v.granularity(&grain, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), "cuMemGetAllocationGranularity"));
+  if (grain == 0) grain = std::size_t(2) << 20;
+  const std::size_t size = (bytes + grain - 1) / grain * grain;
+  CUmemGenericAllocationHandle handle = 0;
+  PURLIN_TRY(drv(v.create(&handle, size, &prop, 0), "cuMemCreate"));
+  Status s = map_for(device, handle, size, out);
+  if (s != Status::ok) {
+    v.release(handle);
+    return s;
+  }
+  s = check(cudaMemset(out->ptr, 0, size), "cudaMemset");
+  if (s != Status::ok) vmm_free(out);
+  return s;
+}
+
+Status vmm_export_fd(const VmmMapping& m, int* fd) {
+  int handle_fd = -1;
+  PURLIN_TRY(drv(vmm().export_handle(&handle_fd, m.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                 "cuMemExportToShareableHandle"));
+  *fd = handle_fd;
+  return Status::ok;
+}
+
+Status vmm_import_fd(int fd, std::size_t bytes, int device, VmmMapping* out) {
+  const Vmm& v = vmm();
+  if (!v.found) return fail(Status::cuda_error, "cuMem: the driver's virtual memory functions were not found");
+  CUmemGenericAllocationHandle handle = 0;
+  PURLIN_TRY(drv(v.import_handle(&handle, reinterpret_cast<void*>(static_cast<std::uintptr_t>(fd)),
+                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                 "cuMemImportFromShareableHandle"));
+  Status s = map_for(device, handle, bytes, out);
+  if (s != Status::ok) v.release(handle);
+  return s;
+}
+
+void vmm_free(VmmMapping* m) {
+  if (m->ptr == nullptr) return;
+  const Vmm& v = vmm();
+  const auto base = reinterpret_cast<CUdeviceptr>(m->ptr);
+  v.unmap(base, m->bytes);
+  v.address_free(base, m->bytes);
+  v.release(m->handle);
+  *m = VmmMapping{};
 }
 
 Status enable_peer_access(int device, int peer) {

@@ -23,6 +23,27 @@ Status ipc_export(void* ptr, IpcHandle* out);
 Status ipc_import(const IpcHandle& handle, void** ptr);
 void ipc_close(void* ptr);
 
+// Device memory shared with peer processes through cuMem: physical memory exported as a POSIX file
+// descriptor (core/fd_passing.h carries it to the peer). Every importer holds its own reference to
+// the physical memory, so its mapping stays valid until it unmaps it, even when the exporting
+// process dies (a legacy IPC mapping does not outlive its exporter).
+struct VmmMapping {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;           // mapped size, a multiple of the allocation granularity
+  unsigned long long handle = 0;   // CUmemGenericAllocationHandle
+};
+// Whether `device` can export cuMem allocations as POSIX file descriptors.
+bool vmm_fd_supported(int device);
+// Zero-filled memory of at least `bytes` on `device`, mapped for it and exportable.
+Status vmm_alloc(int device, std::size_t bytes, VmmMapping* out);
+// A new file descriptor for the allocation (the caller closes it).
+Status vmm_export_fd(const VmmMapping& m, int* fd);
+// Maps the allocation behind a peer's descriptor (`bytes` as the peer allocated it) for `device`.
+// The descriptor stays the caller's.
+Status vmm_import_fd(int fd, std::size_t bytes, int device, VmmMapping* out);
+// Unmaps and drops this process's reference (exported or imported).
+void vmm_free(VmmMapping* m);
+
 // Lets kernels on the current device (`device`) read and write `peer`'s memory through plain
 // pointers, as ranks of one process on different GPUs need. Enabling twice is not an error; a
 // pair of devices without peer access (no NVLink, no PCIe P2P) is.

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -497,6 +498,27 @@ Status recv_all(const Socket& s, void* data, std::size_t bytes, Deadline deadlin
     }
   }
   return Status::ok;
+}
+
+Status random64(std::uint64_t* out) {
+  std::uint8_t* p = reinterpret_cast<std::uint8_t*>(out);
+  std::size_t got = 0;
+  while (got < sizeof(*out)) {
+    ssize_t n = getrandom(p + got, sizeof(*out) - got, 0);
+    if (n > 0) {
+      got += static_cast<std::size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      break;
+    }
+  }
+  if (got == sizeof(*out)) return Status::ok;
+  Socket urandom(::open("/dev/urandom", O_RDONLY | O_CLOEXEC));
+  if (urandom.valid() && ::read(urandom.fd(), out, sizeof(*out)) == static_cast<ssize_t>(sizeof(*out))) {
+    return Status::ok;
+  }
+  return fail(Status::system_error, "cannot read random bytes");
 }
 
 }  // namespace purlin::net

@@ -133,4 +133,7 @@ Io recv_some(int fd, void* data, std::size_t bytes, std::size_t* moved);
 // Sleeps up to `ms`, waking early (returning false) if an abort flag is raised.
 bool sleep_unless_aborted(int ms, AbortFlags abort);
 
+// 64 random bits from the kernel (ids' secrets, mailbox keys).
+Status random64(std::uint64_t* out);
+
 }  // namespace purlin::net

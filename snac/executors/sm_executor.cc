@@ -10,12 +10,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "core/config.h"
 #include "core/cuda_memory.h"
+#include "core/fd_passing.h"
 #include "core/log.h"
 #include "snac/executor.h"
 #include "snac/executors/sm_kernel.h"
@@ -29,7 +31,9 @@ class SmExecutor final : public Executor {
     cuda::set_device(device_);  // the destroying thread may have another device current
     if (last_stream_used_) cudaDeviceSynchronize();
     for (void* p : imported_) cuda::ipc_close(p);
-    cuda::free(window_);
+    for (cuda::VmmMapping& m : imported_vmm_) cuda::vmm_free(&m);
+    if (own_vmm_.ptr) cuda::vmm_free(&own_vmm_);
+    else cuda::free(window_);
     cuda::free(windows_dev_);
     cuda::free(state_);
     cuda::free(scratch_);
@@ -50,7 +54,7 @@ class SmExecutor final : public Executor {
     PURLIN_TRY(cuda::set_device(device_));
     geo_ = WindowGeometry::make(n, policy_.staging_half, policy_.packets_per_pair);
     const std::uint64_t window_bytes = geo_.total * channels_;
-    PURLIN_TRY(cuda::alloc(window_bytes, &window_));
+    PURLIN_TRY(alloc_window(boot, window_bytes));
     PURLIN_TRY(cuda::alloc(sizeof(LocalState) * channels_, reinterpret_cast<void**>(&state_)));
     scratch_bytes_ = (static_cast<std::uint64_t>(n) + 1) * policy_.latency_max_bytes + 256;
     PURLIN_TRY(cuda::alloc(scratch_bytes_ * channels_, reinterpret_cast<void**>(&scratch_)));
@@ -64,12 +68,16 @@ class SmExecutor final : public Executor {
       std::int32_t pid;
       std::int32_t device;
       std::uint64_t ptr;
-      cuda::IpcHandle handle;
-    } mine{getpid(), device_, reinterpret_cast<std::uint64_t>(window_), {}};
-    PURLIN_TRY(cuda::ipc_export(window_, &mine.handle));
+      std::uint64_t bytes;     // of the cuMem allocation
+      cuda::IpcHandle handle;  // legacy CUDA IPC
+      FdAddress mailbox;       // cuMem: where to send the descriptor of ours
+    } mine{getpid(), device_, reinterpret_cast<std::uint64_t>(window_), own_vmm_.bytes, {}, {}};
+    if (mailbox_) mine.mailbox = mailbox_->address();
+    else PURLIN_TRY(cuda::ipc_export(window_, &mine.handle));
     std::vector<Export> all(static_cast<std::size_t>(n));
     PURLIN_TRY(boot.all_gather(&mine, sizeof(Export), all.data()));
     std::vector<char*> bases(static_cast<std::size_t>(n));
+    std::vector<int> others;
     for (int r = 0; r < n; ++r) {
       if (all[r].pid == mine.pid) {
         // Same process: the pointer is valid here, once this device may reach the peer's.
@@ -77,10 +85,34 @@ class SmExecutor final : public Executor {
         bases[r] = reinterpret_cast<char*>(all[r].ptr);
         continue;
       }
+      others.push_back(r);
+      if (mailbox_) continue;
       void* p = nullptr;
       PURLIN_TRY(cuda::ipc_import(all[r].handle, &p));
       imported_.push_back(p);
       bases[r] = static_cast<char*>(p);
+    }
+    if (mailbox_) {
+      // Every rank of another process gets a descriptor of our window and sends one of its own.
+      std::vector<FdAddress> boxes(static_cast<std::size_t>(n));
+      for (int r = 0; r < n; ++r) boxes[r] = all[r].mailbox;
+      int fd = -1;
+      PURLIN_TRY(cuda::vmm_export_fd(own_vmm_, &fd));
+      std::vector<ReceivedFd> got;
+      Status s = mailbox_->exchange(me, fd, others, others, boxes, config().bootstrap_timeout_s,
+                                    [&boot] { return boot.stopped(); }, &got);
+      ::close(fd);
+      for (const ReceivedFd& g : got) {
+        cuda::VmmMapping m;
+        if (s == Status::ok) s = cuda::vmm_import_fd(g.fd, all[g.from].bytes, device_, &m);
+        ::close(g.fd);
+        if (m.ptr) {
+          imported_vmm_.push_back(m);
+          bases[g.from] = static_cast<char*>(m.ptr);
+        }
+      }
+      PURLIN_TRY(s);
+      mailbox_.reset();
     }
     std::vector<Window> windows(static_cast<std::size_t>(n) * channels_);
     for (int c = 0; c < channels_; ++c)
@@ -113,9 +145,12 @@ class SmExecutor final : public Executor {
     int major = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_);
     args_.pdl = major >= 9 && !config().pdl_disabled;
-    log::info(log::kInit, "SM datapath: rank {}/{} on device {}, {} channels x {} B windows, policy {}, flags at {} scope{}",
-              me, n, device_, channels_, geo_.total, policy_.name, args_.one_gpu ? "GPU" : "system",
-              args_.pdl ? ", programmatic dependent launch" : "");
+    log::info(log::kInit,
+              "SM datapath: rank {}/{} on device {}, {} channels x {} B windows shared by {}, policy {}, flags at {} "
+              "scope{}",
+              me, n, device_, channels_, geo_.total,
+              own_vmm_.ptr ? "cuMem descriptors" : imported_.empty() ? "pointers" : "CUDA IPC", policy_.name,
+              args_.one_gpu ? "GPU" : "system", args_.pdl ? ", programmatic dependent launch" : "");
     return Status::ok;
   }
 
@@ -193,6 +228,38 @@ class SmExecutor final : public Executor {
     return Status::ok;
   }
 
+  // The window: cuMem where every rank can use it and some peer is another process (each importer
+  // then holds the memory, so a peer that dies never unmaps a window under a running kernel), else
+  // cudaMalloc shared by legacy CUDA IPC. Every rank must choose alike: they agree first.
+  Status alloc_window(Bootstrap& boot, std::uint64_t bytes) {
+    const int n = boot.nranks();
+    bool vmm = !config().cumem_disabled && cuda::vmm_fd_supported(device_);
+    if (vmm && cuda::vmm_alloc(device_, bytes, &own_vmm_) != Status::ok) {
+      log::info(log::kInit, "SM datapath: cuMem allocation failed, sharing the window by CUDA IPC");
+      vmm = false;
+    }
+    struct Vote {
+      std::int32_t pid;
+      std::int32_t vmm;
+    } mine{getpid(), vmm ? 1 : 0};
+    std::vector<Vote> votes(static_cast<std::size_t>(n));
+    Status s = boot.all_gather(&mine, sizeof(Vote), votes.data());
+    bool others = false, all_vmm = true;
+    for (const Vote& v : votes) {
+      others = others || v.pid != mine.pid;
+      all_vmm = all_vmm && v.vmm;
+    }
+    if (s == Status::ok && vmm && others && all_vmm) s = FdMailbox::open(&mailbox_);
+    if (s != Status::ok || !(vmm && others && all_vmm) || !mailbox_) {
+      if (own_vmm_.ptr) cuda::vmm_free(&own_vmm_);
+      mailbox_.reset();
+      PURLIN_TRY(s);
+      return cuda::alloc(bytes, &window_);
+    }
+    window_ = own_vmm_.ptr;
+    return Status::ok;
+  }
+
   Policy policy_;
   int device_ = 0;
   int channels_ = 1;
@@ -209,6 +276,9 @@ class SmExecutor final : public Executor {
   volatile int* abort_host_ = nullptr;
   volatile int* error_host_ = nullptr;
   std::vector<void*> imported_;
+  cuda::VmmMapping own_vmm_;
+  std::vector<cuda::VmmMapping> imported_vmm_;
+  std::unique_ptr<FdMailbox> mailbox_;  // during init only
   std::vector<char*> retired_;
   KernelArgs args_{};
   bool last_stream_used_ = false;

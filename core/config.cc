@@ -96,6 +96,7 @@ Config read_config() {
   c.channel_bytes = bytes_or("PURLIN_CHANNEL_BYTES", env("PURLIN_CHANNEL_BYTES"));
   c.pdl_disabled = env("PURLIN_PDL") == "0";
   c.cumem_disabled = env("PURLIN_CUMEM") == "0";
+  c.policy_file = env("PURLIN_POLICY_FILE");
   std::string slots = env("PURLIN_SLOTS");
   if (!slots.empty()) {
     int s = std::atoi(slots.c_str());
@@ -133,6 +134,7 @@ void log_config(const Config& c) {
   if (c.channel_bytes) log::info(log::kEnv, "PURLIN_CHANNEL_BYTES set by environment to {}", c.channel_bytes);
   if (c.pdl_disabled) log::info(log::kEnv, "PURLIN_PDL=0: kernels launch without programmatic dependent launch");
   if (c.cumem_disabled) log::info(log::kEnv, "PURLIN_CUMEM=0: device memory is shared between processes by CUDA IPC");
+  if (!c.policy_file.empty()) log::info(log::kEnv, "PURLIN_POLICY_FILE set by environment to {}", c.policy_file);
   if (c.slots) log::info(log::kEnv, "PURLIN_SLOTS set by environment to {}", c.slots);
   if (c.channels) log::info(log::kEnv, "PURLIN_CHANNELS set by environment to {}", c.channels);
 }

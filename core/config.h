@@ -57,6 +57,7 @@ struct Config {
   std::uint64_t channel_bytes = 0;     // PURLIN_CHANNEL_BYTES: bytes of a call per SM channel
   bool pdl_disabled = false;           // PURLIN_PDL=0: no programmatic dependent launch
   bool cumem_disabled = false;         // PURLIN_CUMEM=0: share device memory by legacy CUDA IPC only
+  std::string policy_file;             // PURLIN_POLICY_FILE: a policy table (snac/policy.h) over the defaults
 };
 
 // The process-wide configuration, read on first use.

@@ -80,6 +80,21 @@ int gpu_sm_count(int device) {
 #endif
 }
 
+int gpu_arch(int device) {
+#if defined(PURLIN_HAVE_CUDA)
+  int major = 0, minor = 0;
+  if (device < 0 || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return 10 * major + minor;
+#else
+  (void)device;
+  return 0;
+#endif
+}
+
 int cuda_pointer_device(const void* ptr) {
 #if defined(PURLIN_HAVE_CUDA)
   if (ptr == nullptr || cuda_device_count() == 0) return -1;

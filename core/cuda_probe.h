@@ -16,6 +16,8 @@ bool cuda_set_current_device(int device);
 std::uint64_t gpu_identity(int device);
 // Multiprocessors of a device (0 for none).
 int gpu_sm_count(int device);
+// A device's compute capability as 10 * major + minor (90 for sm_90); 0 for none.
+int gpu_arch(int device);
 // The device whose memory `ptr` points into, or -1 (host or managed memory, an unknown pointer, no
 // CUDA). About a microsecond: one cudaPointerGetAttributes.
 int cuda_pointer_device(const void* ptr);

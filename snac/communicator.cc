@@ -96,7 +96,7 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Opti
     for (int r = 0; r < nranks; ++r) sharing += all[r].gpu == mine.gpu ? 1 : 0;
     args.one_gpu = sharing == nranks;
     args.policy = policy_for(DatapathKind::sm, nranks, sharing, gpu_sm_count(options.device),
-                             sm_resident_ctas_per_sm(options.device));
+                             sm_resident_ctas_per_sm(options.device), gpu_arch(options.device));
     comm->policy_ = args.policy;
     PURLIN_TRY(make_sm_executor(args, &comm->executor_));
   } else {

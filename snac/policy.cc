@@ -1,6 +1,10 @@
 #include "snac/policy.h"
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
 
 #include "core/config.h"
 #include "core/log.h"
@@ -49,9 +53,142 @@ constexpr TableEntry kTable[] = {
     {DatapathKind::ce, "ce/default", 8u << 20, 1u << 20, 4, 0, 0, 0, 10.0, 1000.0},
 };
 
+// A field of a policy file's regime: `*` (-1) or a non-negative number, after an optional prefix.
+bool regime_field(const std::string& word, const char* prefix, int* out) {
+  if (word == "*") {
+    *out = -1;
+    return true;
+  }
+  std::string digits = word;
+  if (prefix && digits.rfind(prefix, 0) == 0) digits = digits.substr(std::char_traits<char>::length(prefix));
+  if (digits.empty() || digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) return false;
+  *out = std::stoi(digits);
+  return true;
+}
+
+// Sets one KEY=VALUE of an entry; false (and *why) when the key or value is not known.
+bool set_key(PolicyEntry& e, const std::string& key, const std::string& value, std::string* why) {
+  auto bytes = [&](std::int64_t* field, bool none_allowed) {
+    if (none_allowed && value == "none") {
+      *field = 0;
+      return true;
+    }
+    auto v = parse_bytes(value);
+    if (!v || *v > (std::uint64_t(1) << 40)) {
+      *why = fmt::format("{}={} is not a byte size", key, value);
+      return false;
+    }
+    *field = static_cast<std::int64_t>(*v);
+    return true;
+  };
+  auto count = [&](int* field, int most) {
+    int v = -1;
+    if (!regime_field(value, nullptr, &v) || v < 1 || v > most) {
+      *why = fmt::format("{}={} is not a count from 1 to {}", key, value, most);
+      return false;
+    }
+    *field = v;
+    return true;
+  };
+  if (key == "staging_bytes") return bytes(&e.staging_bytes, false);
+  if (key == "chunk_bytes") return bytes(&e.chunk_bytes, false);
+  if (key == "latency_max_bytes") return bytes(&e.latency_max_bytes, true);
+  if (key == "channel_bytes") return bytes(&e.channel_bytes, false);
+  if (key == "direct_max_bytes") return bytes(&e.direct_max_bytes, true);
+  if (key == "slots") return count(&e.slots, 64);
+  if (key == "channels") return count(&e.channels, 1024);
+  *why = fmt::format("unknown key '{}'", key);
+  return false;
+}
+
+// PURLIN_POLICY_FILE, read once.
+const std::vector<PolicyEntry>& file_table() {
+  static const std::vector<PolicyEntry> table = [] {
+    std::vector<PolicyEntry> t;
+    const std::string& path = config().policy_file;
+    if (path.empty()) return t;
+    std::ifstream in(path);
+    if (!in) {
+      log::warn("PURLIN_POLICY_FILE={}: cannot be read; the built-in policies apply", path);
+      return t;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    std::vector<std::string> errors;
+    t = parse_policy_table(text.str(), &errors);
+    for (const std::string& e : errors) log::warn("PURLIN_POLICY_FILE={}: line {}; skipped", path, e);
+    log::info(log::kTune, "policy file {}: {} entries", path, t.size());
+    return t;
+  }();
+  return table;
+}
+
 }  // namespace
 
-Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int ctas_per_sm) {
+std::vector<PolicyEntry> parse_policy_table(const std::string& text, std::vector<std::string>* errors) {
+  std::vector<PolicyEntry> out;
+  std::istringstream lines(text);
+  std::string line;
+  int number = 0;
+  while (std::getline(lines, line)) {
+    ++number;
+    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream words(line);
+    std::vector<std::string> w;
+    for (std::string word; words >> word;) w.push_back(word);
+    if (w.empty()) continue;
+    PolicyEntry e;
+    e.line = number;
+    std::string why;
+    bool ok = w.size() >= 4;
+    if (!ok) why = "expected DATAPATH ARCH SHARING NRANKS KEY=VALUE...";
+    if (ok && w[0] != "sm" && w[0] != "host" && w[0] != "*") {
+      ok = false;
+      why = fmt::format("unknown datapath '{}'", w[0]);
+    }
+    if (ok) e.datapath = w[0];
+    if (ok && !regime_field(w[1], "sm_", &e.arch)) {
+      ok = false;
+      why = fmt::format("architecture '{}' is not sm_XY or *", w[1]);
+    }
+    if (ok && (!regime_field(w[2], nullptr, &e.sharing) || !regime_field(w[3], nullptr, &e.nranks))) {
+      ok = false;
+      why = fmt::format("ranks per GPU '{}' and rank count '{}' must be numbers or *", w[2], w[3]);
+    }
+    for (std::size_t i = 4; ok && i < w.size(); ++i) {
+      const auto eq = w[i].find('=');
+      if (eq == std::string::npos || eq == 0) {
+        ok = false;
+        why = fmt::format("'{}' is not KEY=VALUE", w[i]);
+        break;
+      }
+      ok = set_key(e, w[i].substr(0, eq), w[i].substr(eq + 1), &why);
+    }
+    if (ok) out.push_back(e);
+    else if (errors) errors->push_back(fmt::format("{}: {}", number, why));
+  }
+  return out;
+}
+
+const PolicyEntry* match_policy(const std::vector<PolicyEntry>& table, DatapathKind datapath, int arch, int sharing,
+                                int nranks) {
+  const PolicyEntry* best = nullptr;
+  int best_named = -1;
+  for (const PolicyEntry& e : table) {
+    if (e.datapath != "*" && e.datapath != name_of(datapath)) continue;
+    if ((e.arch >= 0 && e.arch != arch) || (e.sharing >= 0 && e.sharing != sharing) ||
+        (e.nranks >= 0 && e.nranks != nranks))
+      continue;
+    const int named = (e.datapath != "*") + (e.arch >= 0) + (e.sharing >= 0) + (e.nranks >= 0);
+    if (named >= best_named) {
+      best = &e;
+      best_named = named;
+    }
+  }
+  return best;
+}
+
+Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int ctas_per_sm, int arch) {
   const TableEntry* e = &kTable[0];
   for (const auto& entry : kTable)
     if (entry.datapath == datapath) e = &entry;
@@ -65,6 +202,17 @@ Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int c
   p.direct_max_bytes = e->direct_max_bytes;
   p.sim_us_per_op = e->sim_us_per_op;
   p.sim_gbps = e->sim_gbps;
+  int file_channels = 0;
+  if (const PolicyEntry* f = match_policy(file_table(), datapath, arch, sharing, nranks)) {
+    p.name = fmt::format("{}:{}", config().policy_file, f->line);
+    if (f->staging_bytes >= 0) p.staging_half = std::max<std::uint64_t>(static_cast<std::uint64_t>(f->staging_bytes) / 2, 4096);
+    if (f->chunk_bytes >= 0) p.chunk_bytes = std::max<std::uint64_t>(static_cast<std::uint64_t>(f->chunk_bytes), 256);
+    if (f->slots > 0) p.slots = f->slots;
+    if (f->latency_max_bytes >= 0) p.latency_max_bytes = static_cast<std::uint64_t>(f->latency_max_bytes);
+    if (f->channel_bytes >= 0) p.channel_bytes = static_cast<std::uint64_t>(f->channel_bytes);
+    if (f->direct_max_bytes >= 0) p.direct_max_bytes = static_cast<std::uint64_t>(f->direct_max_bytes);
+    if (f->channels > 0) file_channels = f->channels;
+  }
   const Config& c = config();
   if (c.staging_bytes) p.staging_half = std::max<std::uint64_t>(c.staging_bytes / 2, 4096);
   if (c.chunk_bytes) p.chunk_bytes = std::max<std::uint64_t>(c.chunk_bytes, 256);
@@ -92,11 +240,12 @@ Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int c
     const int resident = std::max(1, sms * per_sm / (3 * std::max(1, sharing)));
     const int cap = sharing == 1 && nranks > 1 ? kMaxChannelsAlone : kMaxChannels;
     p.workers = std::clamp(slots / (3 * std::max(1, sharing)), 1, cap);
-    if (c.channels) {
-      p.workers = std::clamp(c.channels, 1, resident);
-      if (p.workers != c.channels)
-        log::warn("PURLIN_CHANNELS={} would not fit {} ranks' kernels on the GPU at once; using {}", c.channels,
-                  sharing, p.workers);
+    const int wanted = c.channels ? c.channels : file_channels;
+    if (wanted) {
+      p.workers = std::clamp(wanted, 1, resident);
+      if (p.workers != wanted)
+        log::warn("{} channels (from {}) would not fit {} ranks' kernels on the GPU at once; using {}", wanted,
+                  c.channels ? "PURLIN_CHANNELS" : "the policy file", sharing, p.workers);
     }
   }
   if (datapath == DatapathKind::sm && !c.staging_bytes) {

@@ -1,10 +1,20 @@
 // Codesign policies are data: for a datapath and a regime, how big the chunks are, how many slots a
 // lane's ring has, how much staging a rank exposes and where the latency path hands over to the
-// throughput path. The table gives defaults per datapath; PURLIN_* variables override single entries.
+// throughput path. The built-in table gives defaults per datapath; a policy file
+// (PURLIN_POLICY_FILE, written by scripts/policy-sweep from measurements) overrides them per
+// datapath, architecture, ranks per GPU and rank count; PURLIN_* variables override single entries.
+//
+// The policy file: one entry per line, `DATAPATH ARCH SHARING NRANKS KEY=VALUE...`, `#` starts a
+// comment. DATAPATH is sm or host, ARCH sm_XY (sm_90), SHARING the ranks on one GPU, NRANKS the
+// communicator's size; `*` matches anything. Keys: staging_bytes, chunk_bytes, slots,
+// latency_max_bytes, channels, channel_bytes, direct_max_bytes (sizes take K, M, G; `none` turns
+// the latency path or the direct AllReduce off). Of the entries that match, the one that names the
+// most fields wins, and among those the last. A line that does not parse is skipped with a WARN.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace purlin::snac {
 
@@ -29,6 +39,22 @@ struct Policy {
 // on this rank's GPU (processes or threads) and the GPU has `sms` multiprocessors: the CTAs of all
 // of them must be resident at once, which caps the channels (CTAs per role): a multiprocessor holds
 // `ctas_per_sm` of the datapath's CTAs.
-Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int ctas_per_sm = 0);
+// `arch` is the GPU's compute capability as 10 * major + minor (0: none).
+Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int ctas_per_sm = 0, int arch = 0);
+
+// One entry of a policy file: the regime it applies to (-1: any) and what it sets.
+struct PolicyEntry {
+  std::string datapath;  // "sm", "host" or "*"
+  int arch = -1, sharing = -1, nranks = -1;
+  std::int64_t staging_bytes = -1, chunk_bytes = -1, latency_max_bytes = -1, channel_bytes = -1,
+               direct_max_bytes = -1;  // -1: not set; latency and direct take 0 for `none`
+  int slots = -1, channels = -1;
+  int line = 0;
+};
+// Parses a policy file's text; bad lines are reported in *errors (line: why) and skipped.
+std::vector<PolicyEntry> parse_policy_table(const std::string& text, std::vector<std::string>* errors);
+// The entry that applies (see above), or null.
+const PolicyEntry* match_policy(const std::vector<PolicyEntry>& table, DatapathKind datapath, int arch, int sharing,
+                                int nranks);
 
 }  // namespace purlin::snac

@@ -1,0 +1,65 @@
+// Policy tables (snac/policy.h): parsing, the choice among matching entries, and a file given by
+// PURLIN_POLICY_FILE (this test's meson entry points it at policy_example.txt).
+#include <string>
+#include <vector>
+
+#include "snac/policy.h"
+#include "test/catch.h"
+
+using purlin::snac::DatapathKind;
+using purlin::snac::match_policy;
+using purlin::snac::parse_policy_table;
+using purlin::snac::policy_for;
+using purlin::snac::PolicyEntry;
+
+TEST_CASE("policy tables parse, and the most specific matching entry wins", "[policy]") {
+  std::vector<std::string> errors;
+  const auto table = parse_policy_table(
+      "# comment\n"
+      "sm * * * chunk_bytes=1M\n"
+      "sm sm_90 * 8 channels=4 latency_max_bytes=none\n"
+      "sm sm_90 2 8 slots=6   # a comment after an entry\n"
+      "sm sm_90 * 8 channels=5\n"
+      "\n"
+      "gpu sm_90 1 2 slots=4\n"
+      "sm sm_9x 1 2 slots=4\n"
+      "sm sm_90 1\n"
+      "sm sm_90 1 2 slots=0\n"
+      "sm sm_90 1 2 colour=blue\n"
+      "sm sm_90 1 2 chunk_bytes=lots\n",
+      &errors);
+  REQUIRE(table.size() == 4);
+  CHECK(errors.size() == 6);
+  CHECK(table[1].latency_max_bytes == 0);
+  CHECK(table[0].chunk_bytes == (1 << 20));
+  // sm_90, 8 ranks, 4 per GPU: lines 3 and 5 name three fields each; the later one wins.
+  const PolicyEntry* e = match_policy(table, DatapathKind::sm, 90, 4, 8);
+  REQUIRE(e);
+  CHECK(e->line == 5);
+  CHECK(e->channels == 5);
+  // Two per GPU: line 4 names all four.
+  e = match_policy(table, DatapathKind::sm, 90, 2, 8);
+  REQUIRE(e);
+  CHECK(e->slots == 6);
+  // Another architecture: only the catch-all.
+  e = match_policy(table, DatapathKind::sm, 100, 2, 8);
+  REQUIRE(e);
+  CHECK(e->line == 2);
+  CHECK(match_policy(table, DatapathKind::host, 0, 1, 4) == nullptr);
+}
+
+TEST_CASE("PURLIN_POLICY_FILE overrides the built-in policy, and names the entry", "[policy]") {
+  const auto four = policy_for(DatapathKind::host, 4, 1, 0);
+  CHECK(four.chunk_bytes == (64u << 10));
+  CHECK(four.slots == 4);  // one entry applies: line 3 sets no slots, so the built-in 4 stays
+  CHECK(four.latency_max_bytes == 2048);
+  CHECK(four.direct_max_bytes == 0);
+  CHECK(four.name.find("policy_example.txt:3") != std::string::npos);
+  const auto two = policy_for(DatapathKind::host, 2, 1, 0);
+  CHECK(two.chunk_bytes == (128u << 10));
+  CHECK(two.name.find("policy_example.txt:2") != std::string::npos);
+  // Line 5 does not parse and line 6's slots=99 is out of range: both skipped.
+  const auto sm = policy_for(DatapathKind::sm, 8, 8, 132, 2, 90);
+  CHECK(sm.workers == 4);
+  CHECK(sm.channel_bytes == (32u << 10));
+}

@@ -7,8 +7,8 @@
 //    the cumulativity of release make every thread's earlier writes visible to whoever acquires.
 //  - wait: thread 0 spins with acquire loads at system scope, then a CTA barrier publishes the
 //    result (and the ordering) to every thread.
-//  - push: one 16-byte store per packet {8 data bytes, 8-byte flag word}; pull spins on the packet's
-//    flag word with 16-byte volatile loads.
+//  - push: one 16-byte store per packet {8 data bytes, 8-byte flag word}; pull_each and pull_reduce
+//    spin on the packet's flag word with 16-byte volatile loads.
 //  - every wait compares flag words as atom/packet.h says: a word with the awaited sequence number
 //    and another tag ends the wait with Status::invalid_usage (the ranks' calls differ).
 // Every spin checks the communicator's abort word, the rank's fault word and a time budget every
@@ -271,38 +271,6 @@ class SmAtom {
       st_packet(dst + i, v, q);
     }
     __syncthreads();
-  }
-
-  __device__ Status pull(char* dst, Packet* src, std::size_t bytes, std::uint64_t q) const {
-    const std::size_t packets = (bytes + 7) / 8;
-    int result = 0;
-    for (std::size_t i = threadIdx.x; i < packets && result == 0; i += blockDim.x) {
-      std::uint64_t v, f;
-      std::uint32_t spins = 0;
-      for (;;) {
-        ld_packet(src + i, &v, &f);
-        const Arrival a = arrival(f, q);
-        if (a == Arrival::arrived) break;
-        if (a == Arrival::mismatch) {
-          result = mismatch();
-          break;
-        }
-        if ((++spins & 1023) == 0 && (result = give_up()) != 0) break;
-      }
-      if (result) break;
-      if ((i + 1) * 8 <= bytes && (reinterpret_cast<std::uintptr_t>(dst) & 7) == 0) {
-        reinterpret_cast<std::uint64_t*>(dst)[i] = v;
-      } else {
-        for (std::size_t b = 0; b < 8 && i * 8 + b < bytes; ++b) dst[i * 8 + b] = static_cast<char>(v >> (8 * b));
-      }
-    }
-    if (threadIdx.x == 0) *shared_status_ = 0;
-    __syncthreads();
-    if (result) atomicMax(shared_status_, result);
-    __syncthreads();
-    Status s = static_cast<Status>(*shared_status_);
-    __syncthreads();
-    return s;
   }
 
   // ---- batched operations: one call serves every peer, the peers' work spread over the threads ----

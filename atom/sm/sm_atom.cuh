@@ -139,9 +139,38 @@ struct WordFold {
   }
 };
 
+// The whole tiles of U vectors per thread from exactly NS sources: every load of a tile is issued
+// before the first fold, so NS * U loads per thread are in flight (a peer's memory over NVLink is
+// far, and one load per source and thread left the links mostly idle). Returns the vectors done.
+template <class R, int NS, int U>
+__device__ __forceinline__ std::size_t reduce_tiles(const R& r, uint4* out, const void* const* srcs, std::size_t vecs) {
+  const std::size_t tid = threadIdx.x, stride = blockDim.x, step = stride * U;
+  const uint4* src[NS];
+#pragma unroll
+  for (int k = 0; k < NS; ++k) src[k] = static_cast<const uint4*>(srcs[k]);
+  std::size_t base = 0;
+  for (; base + step <= vecs; base += step) {
+    uint4 w[NS][U];
+#pragma unroll
+    for (int k = 0; k < NS; ++k)
+#pragma unroll
+      for (int u = 0; u < U; ++u) w[k][u] = src[k][base + u * stride + tid];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      WordFold<R, 16> f;
+      f.first(r, w[0][u]);
+#pragma unroll
+      for (int k = 1; k < NS; ++k) f.next(r, w[k][u]);
+      out[base + u * stride + tid] = f.template finish<uint4>(r);
+    }
+  }
+  return base;
+}
+
 // dst = rank-ordered fold of srcs over `count` elements, by every thread of the CTA. When every
-// pointer is 16-byte aligned, each thread folds whole 16-byte vectors, loading up to four sources
-// before combining them; the rest (and any misaligned call) goes element by element.
+// pointer is 16-byte aligned, each thread folds whole 16-byte vectors: two sources of types wider
+// than a byte in tiles (reduce_tiles), otherwise loading up to four sources before combining them;
+// the rest (and any misaligned call) goes element by element.
 template <class R>
 __device__ __forceinline__ void reduce_block(const R& r, void* dst, const void* const* srcs, int nsrc,
                                              std::size_t count) {
@@ -154,7 +183,12 @@ __device__ __forceinline__ void reduce_block(const R& r, void* dst, const void* 
   if ((bits & 15) == 0) {
     const std::size_t vecs = count / V;
     uint4* out = static_cast<uint4*>(dst);
-    for (std::size_t i = tid; i < vecs; i += stride) {
+    std::size_t tiled = 0;
+    // Not for 1-byte types: their sixteen accumulators per vector leave no registers for a tile
+    // (ptxas spills even at two vectors per thread).
+    if constexpr (sizeof(S) > 1)
+      if (nsrc == 2) tiled = reduce_tiles<R, 2, 4>(r, out, srcs, vecs);
+    for (std::size_t i = tiled + tid; i < vecs; i += stride) {
       WordFold<R, 16> f;
       f.first(r, static_cast<const uint4*>(srcs[0])[i]);
       int s = 1;
@@ -195,13 +229,14 @@ class SmAtom {
         const uint4* vs = reinterpret_cast<const uint4*>(s + head);
         uint4* vd = reinterpret_cast<uint4*>(d + head);
         std::size_t i = tid;
-        // Four loads in flight per thread before the stores.
-        for (; i + 3 * stride < vecs; i += 4 * stride) {
-          uint4 a = vs[i], b = vs[i + stride], c = vs[i + 2 * stride], e = vs[i + 3 * stride];
-          vd[i] = a;
-          vd[i + stride] = b;
-          vd[i + 2 * stride] = c;
-          vd[i + 3 * stride] = e;
+        // Eight loads in flight per thread before the stores.
+        constexpr int U = 8;
+        for (; i + (U - 1) * stride < vecs; i += U * stride) {
+          uint4 w[U];
+#pragma unroll
+          for (int u = 0; u < U; ++u) w[u] = vs[i + u * stride];
+#pragma unroll
+          for (int u = 0; u < U; ++u) vd[i + u * stride] = w[u];
         }
         for (; i < vecs; i += stride) vd[i] = vs[i];
         for (std::size_t k = head + vecs * 16 + tid; k < bytes; k += stride) d[k] = s[k];

@@ -63,3 +63,12 @@ TEST_CASE("PURLIN_POLICY_FILE overrides the built-in policy, and names the entry
   CHECK(sm.workers == 4);
   CHECK(sm.channel_bytes == (32u << 10));
 }
+
+TEST_CASE("the built-in SM policy caps channels by the ranks sharing a GPU", "[policy]") {
+  // 132 multiprocessors of 2 CTAs each, up to three roles per channel, a quarter of the slots kept
+  // free: 66 channels would fit one rank per GPU.
+  CHECK(policy_for(DatapathKind::sm, 2, 1, 132, 2, 90).workers == 64);  // a GPU per rank: NVLink wants CTAs
+  CHECK(policy_for(DatapathKind::sm, 2, 2, 132, 2, 90).workers == 8);   // ranks sharing a GPU
+  CHECK(policy_for(DatapathKind::sm, 1, 1, 132, 2, 90).workers == 8);   // one rank alone
+  CHECK(policy_for(DatapathKind::sm, 2, 1, 16, 2, 90).workers == 8);    // a small GPU: what fits
+}

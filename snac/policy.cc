@@ -102,6 +102,33 @@ bool set_key(PolicyEntry& e, const std::string& key, const std::string& value, s
   return false;
 }
 
+// What the PURLIN_* variables set, as a policy file entry (-1: not set).
+PolicyEntry env_entry(const Config& c) {
+  auto bytes = [](std::uint64_t v) { return v ? static_cast<std::int64_t>(v) : std::int64_t{-1}; };
+  PolicyEntry e;
+  e.staging_bytes = bytes(c.staging_bytes);
+  e.chunk_bytes = bytes(c.chunk_bytes);
+  e.channel_bytes = bytes(c.channel_bytes);
+  e.latency_max_bytes = c.latency_disabled ? 0 : bytes(c.latency_max_bytes);
+  e.direct_max_bytes = c.direct_disabled ? 0 : bytes(c.direct_max_bytes);
+  e.slots = c.slots ? c.slots : -1;
+  e.channels = c.channels ? c.channels : -1;
+  return e;
+}
+
+// Sets what entry `e` names; its channel count, which the residency bound still limits, goes to
+// *channels.
+void apply(const PolicyEntry& e, Policy& p, int* channels) {
+  if (e.staging_bytes >= 0)
+    p.staging_half = std::max<std::uint64_t>(static_cast<std::uint64_t>(e.staging_bytes) / 2, 4096);
+  if (e.chunk_bytes >= 0) p.chunk_bytes = std::max<std::uint64_t>(static_cast<std::uint64_t>(e.chunk_bytes), 256);
+  if (e.slots > 0) p.slots = e.slots;
+  if (e.latency_max_bytes >= 0) p.latency_max_bytes = static_cast<std::uint64_t>(e.latency_max_bytes);
+  if (e.channel_bytes >= 0) p.channel_bytes = static_cast<std::uint64_t>(e.channel_bytes);
+  if (e.direct_max_bytes >= 0) p.direct_max_bytes = static_cast<std::uint64_t>(e.direct_max_bytes);
+  if (e.channels > 0) *channels = e.channels;
+}
+
 // PURLIN_POLICY_FILE, read once.
 const std::vector<PolicyEntry>& file_table() {
   static const std::vector<PolicyEntry> table = [] {
@@ -203,26 +230,14 @@ Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int c
   p.direct_max_bytes = e->direct_max_bytes;
   p.sim_us_per_op = e->sim_us_per_op;
   p.sim_gbps = e->sim_gbps;
-  int file_channels = 0;
+  // The policy file's entry, then the environment's single entries over it.
+  int wanted = 0;
   if (const PolicyEntry* f = match_policy(file_table(), datapath, arch, sharing, nranks)) {
     p.name = fmt::format("{}:{}", config().policy_file, f->line);
-    if (f->staging_bytes >= 0) p.staging_half = std::max<std::uint64_t>(static_cast<std::uint64_t>(f->staging_bytes) / 2, 4096);
-    if (f->chunk_bytes >= 0) p.chunk_bytes = std::max<std::uint64_t>(static_cast<std::uint64_t>(f->chunk_bytes), 256);
-    if (f->slots > 0) p.slots = f->slots;
-    if (f->latency_max_bytes >= 0) p.latency_max_bytes = static_cast<std::uint64_t>(f->latency_max_bytes);
-    if (f->channel_bytes >= 0) p.channel_bytes = static_cast<std::uint64_t>(f->channel_bytes);
-    if (f->direct_max_bytes >= 0) p.direct_max_bytes = static_cast<std::uint64_t>(f->direct_max_bytes);
-    if (f->channels > 0) file_channels = f->channels;
+    apply(*f, p, &wanted);
   }
   const Config& c = config();
-  if (c.staging_bytes) p.staging_half = std::max<std::uint64_t>(c.staging_bytes / 2, 4096);
-  if (c.chunk_bytes) p.chunk_bytes = std::max<std::uint64_t>(c.chunk_bytes, 256);
-  if (c.slots) p.slots = c.slots;
-  if (c.direct_disabled) p.direct_max_bytes = 0;
-  else if (c.direct_max_bytes) p.direct_max_bytes = c.direct_max_bytes;
-  if (c.channel_bytes) p.channel_bytes = c.channel_bytes;
-  if (c.latency_disabled) p.latency_max_bytes = 0;
-  else if (c.latency_max_bytes) p.latency_max_bytes = c.latency_max_bytes;
+  apply(env_entry(c), p, &wanted);
   p.packets_per_pair = std::max<std::uint64_t>((p.latency_max_bytes + 7) / 8, 1);
   // Every lane of the widest call (a composition of two scattered phases) needs `slots` chunks of
   // at least 256 bytes.
@@ -241,7 +256,6 @@ Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int c
     const int resident = std::max(1, sms * per_sm / (3 * std::max(1, sharing)));
     const int cap = sharing == 1 && nranks > 1 ? kMaxChannelsAlone : kMaxChannels;
     p.workers = std::clamp(slots / (3 * std::max(1, sharing)), 1, cap);
-    const int wanted = c.channels ? c.channels : file_channels;
     if (wanted) {
       p.workers = std::clamp(wanted, 1, resident);
       if (p.workers != wanted)

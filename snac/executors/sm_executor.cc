@@ -250,9 +250,9 @@ class SmExecutor final : public Executor {
       all_vmm = all_vmm && v.vmm;
     }
     if (s == Status::ok && vmm && others && all_vmm) s = FdMailbox::open(&mailbox_);
-    if (s != Status::ok || !(vmm && others && all_vmm) || !mailbox_) {
+    // The mailbox is open exactly when every rank shares by cuMem and nothing failed.
+    if (!mailbox_) {
       if (own_vmm_.ptr) cuda::vmm_free(&own_vmm_);
-      mailbox_.reset();
       PURLIN_TRY(s);
       return cuda::alloc(bytes, &window_);
     }

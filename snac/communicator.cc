@@ -92,8 +92,14 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Opti
   args.device = options.device;
   args.timeout_s = config().timeout_s;
   if (options.device >= 0) {
-    int sharing = 0;  // ranks on this rank's GPU, this one included
-    for (int r = 0; r < nranks; ++r) sharing += all[r].gpu == mine.gpu ? 1 : 0;
+    // The most ranks on any one GPU: every rank derives its policy, channel count included, from
+    // it, so that all of them cut a message into the same slices.
+    int sharing = 0;
+    for (int r = 0; r < nranks; ++r) {
+      int on_gpu = 0;
+      for (int q = 0; q < nranks; ++q) on_gpu += all[q].gpu == all[r].gpu ? 1 : 0;
+      sharing = std::max(sharing, on_gpu);
+    }
     args.one_gpu = sharing == nranks;
     args.policy = policy_for(DatapathKind::sm, nranks, sharing, gpu_sm_count(options.device),
                              sm_resident_ctas_per_sm(options.device), gpu_arch(options.device));

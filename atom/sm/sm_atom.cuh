@@ -209,12 +209,24 @@ __device__ __forceinline__ void reduce_block(const R& r, void* dst, const void* 
   for (std::size_t i = done + tid; i < count; i += stride) out[i] = r.element(srcs, nsrc, i);
 }
 
+// The CTA's common words in shared memory; the kernel zeroes them before the SmAtom's first use.
+struct SmCtaWords {
+  int status;                     // a step's outcome, agreed by the CTA's threads
+  int stop;                       // non-zero (a Status) once a host-mapped guard word said stop
+  unsigned long long host_read;   // globaltimer at the CTA's last read of the host-mapped words
+};
+
 class SmAtom {
  public:
+  // How often, at most, one CTA reads the host-mapped guard words while it waits. A packet wait
+  // occupies every thread of the CTA; were each of them to read host memory over PCIe, 64 channels
+  // would queue tens of thousands of such reads behind one late peer.
+  static constexpr unsigned long long kHostReadPeriodNs = 20000;
+
   // `one_gpu`: every peer runs on this GPU, so flags need ordering at GPU scope only (cheaper than
   // system scope, which peers on other GPUs need).
-  __device__ SmAtom(DataType type, const ReduceOp& op, SmGuard guard, int* shared_status, bool one_gpu)
-      : type_(type), op_(op), guard_(guard), shared_status_(shared_status), start_(global_ns()), one_gpu_(one_gpu) {}
+  __device__ SmAtom(DataType type, const ReduceOp& op, SmGuard guard, SmCtaWords* cta, bool one_gpu)
+      : type_(type), op_(op), guard_(guard), cta_(cta), start_(global_ns()), one_gpu_(one_gpu) {}
 
   // Vectorised when source and destination share 16-byte alignment; any alignment and tail works.
   __device__ void copy(void* dst, const void* src, std::size_t bytes) const {
@@ -285,10 +297,10 @@ class SmAtom {
         }
         if ((++spins & 1023) == 0 && (result = give_up()) != 0) break;
       }
-      *shared_status_ = result;
+      cta_->status = result;
     }
     __syncthreads();
-    Status s = static_cast<Status>(*shared_status_);
+    Status s = static_cast<Status>(cta_->status);
     __syncthreads();
     return s;
   }
@@ -530,36 +542,43 @@ class SmAtom {
   // The CTA's common outcome of a step in which threads may have failed separately.
   __device__ Status agree(int result) const {
     __syncthreads();
-    if (threadIdx.x == 0) *shared_status_ = 0;
+    if (threadIdx.x == 0) cta_->status = 0;
     __syncthreads();
-    if (result) atomicMax(shared_status_, result);
+    if (result) atomicMax(&cta_->status, result);
     __syncthreads();
-    Status s = static_cast<Status>(*shared_status_);
+    Status s = static_cast<Status>(cta_->status);
     __syncthreads();
     return s;
   }
 
-  // Non-zero (a Status) when the wait must end: abort requested, a sibling failed, or time is up.
+  // Non-zero (a Status) when the wait must end: abort requested, a sibling failed, a peer raised
+  // the fault word, or time is up. The host-mapped words are read by one thread of the CTA at a
+  // time, at most every kHostReadPeriodNs; the others learn the outcome from cta_->stop.
   __device__ int give_up() const {
-    if (*guard_.abort) return static_cast<int>(Status::remote_error);
-    if (*guard_.error) return *guard_.error;
-    if (guard_.fault && *guard_.fault) {
-      *guard_.error = static_cast<int>(*guard_.fault);
-      __threadfence_system();
-      return static_cast<int>(*guard_.fault);
-    }
-    if (global_ns() - start_ > guard_.timeout_ns) {
-      *guard_.error = static_cast<int>(Status::remote_error);
-      __threadfence_system();
-      return static_cast<int>(Status::remote_error);
-    }
+    if (int s = *static_cast<volatile int*>(&cta_->stop)) return s;
+    if (guard_.fault && *guard_.fault) return stop(static_cast<int>(*guard_.fault));
+    const unsigned long long now = global_ns();
+    if (now - start_ > guard_.timeout_ns) return stop(static_cast<int>(Status::remote_error));
+    const unsigned long long last = *static_cast<volatile unsigned long long*>(&cta_->host_read);
+    if (now - last < kHostReadPeriodNs || atomicCAS(&cta_->host_read, last, now) != last) return 0;
+    if (*guard_.abort) return stop(static_cast<int>(Status::remote_error), false);
+    if (int e = *guard_.error) return stop(e, false);
     return 0;
+  }
+  // Ends the CTA's waits with `s`; `report` also tells the sibling CTAs and the host.
+  __device__ int stop(int s, bool report = true) const {
+    atomicCAS(&cta_->stop, 0, s);
+    if (report) {
+      *guard_.error = s;
+      __threadfence_system();
+    }
+    return s;
   }
 
   DataType type_;
   ReduceOp op_;
   SmGuard guard_;
-  int* shared_status_;
+  SmCtaWords* cta_;
   std::uint64_t start_;
   bool one_gpu_;
 };

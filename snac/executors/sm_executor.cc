@@ -134,6 +134,7 @@ class SmExecutor final : public Executor {
     args_.ctx.chunk_cap = policy_.chunk_bytes;
     args_.ctx.slots = policy_.slots;
     args_.channels = channels_;
+    args_.channel_bytes = policy_.channel_bytes;
     args_.scratch_bytes = scratch_bytes_;
     args_.guard = atom::SmGuard{static_cast<const volatile int*>(flags_dev), static_cast<volatile int*>(flags_dev) + 1,
                                 static_cast<std::uint64_t>(args.timeout_s * 1e9),
@@ -160,6 +161,7 @@ class SmExecutor final : public Executor {
     auto stream = static_cast<cudaStream_t>(stream_ptr);
     KernelArgs a = args_;
     a.channels = channels_for(op);
+    a.least_part_channels = least_part_channels(op);
     a.root = op.root;
     a.type = op.type;
     a.op = op.op;
@@ -194,20 +196,25 @@ class SmExecutor final : public Executor {
   }
 
  private:
-  // Channels for one call: one per policy.channel_bytes of its largest partition, up to the
-  // communicator's. Every rank must pick the same number, so calls whose partition sizes differ
-  // between ranks (AllToAllV, Send/Recv rounds) take a fixed number, at most kPointToPointChannels:
-  // on two H200s with 32 channels a 1 KiB Send/Recv took three times as long as with 8.
-  static constexpr int kPointToPointChannels = 8;
+  // Channels for one call: one per policy.channel_bytes of its largest part, at least
+  // least_part_channels(op), up to the communicator's. The kernel cuts each part by its own size
+  // (part_channels in sm_kernel.cu), so the ranks of a Send/Recv round or an AllToAllV, whose
+  // largest parts differ, need not agree.
   int channels_for(const Op& op) const {
-    if (op.kind == CollKind::send_recv || op.kind == CollKind::all_to_all_v)
-      return std::min(channels_, kPointToPointChannels);
     if (policy_.channel_bytes == 0) return channels_;
     std::uint64_t largest = 0;
     for (const Part& p : op.in) largest = std::max(largest, p.bytes);
     for (const Part& p : op.out) largest = std::max(largest, p.bytes);
-    const std::uint64_t want = (largest + policy_.channel_bytes - 1) / policy_.channel_bytes;
+    const std::uint64_t want = std::max<std::uint64_t>((largest + policy_.channel_bytes - 1) / policy_.channel_bytes,
+                                                       static_cast<std::uint64_t>(least_part_channels(op)));
     return static_cast<int>(std::clamp<std::uint64_t>(want, 1, static_cast<std::uint64_t>(channels_)));
+  }
+  // Point-to-point messages spread over at least this many channels (in slices of at least
+  // kSliceGrain): on one H200 under MPS, a 16 KiB Send/Recv in one channel took about 1.3 us longer
+  // than over 8 (2 ranks), and 2.4 us longer with 8 ranks.
+  static constexpr int kPointToPointChannels = 8;
+  static int least_part_channels(const Op& op) {
+    return op.kind == CollKind::send_recv || op.kind == CollKind::all_to_all_v ? kPointToPointChannels : 1;
   }
 
   // The private input copy only grows. A replaced buffer is kept until the communicator is

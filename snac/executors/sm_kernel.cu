@@ -11,16 +11,26 @@
 namespace purlin::snac {
 namespace {
 
-__device__ __forceinline__ Part slice(const Part& p, int c, int channels) {
+// The channels a part of `bytes` is cut into: one per `channel_bytes` (all of them when 0), at least
+// `least_part_channels`, at most the launch's. Both ends of a message compute it from the message's size and the
+// collective alone, and the host launches at least that many channels for every part
+// (SmExecutor::channels_for), so ranks whose calls launch different channel counts (Send/Recv
+// rounds, AllToAllV) still cut each message alike.
+__device__ __forceinline__ int part_channels(std::uint64_t bytes, const KernelArgs& a) {
+  if (a.channel_bytes == 0) return a.channels;
+  std::uint64_t want = (bytes + a.channel_bytes - 1) / a.channel_bytes;
+  if (want < static_cast<std::uint64_t>(a.least_part_channels)) want = static_cast<std::uint64_t>(a.least_part_channels);
+  return want < 1 ? 1 : want > static_cast<std::uint64_t>(a.channels) ? a.channels : static_cast<int>(want);
+}
+
+// Channel c's slice of a part; empty on the channels past the part's own.
+__device__ __forceinline__ Part slice(const Part& p, int c, const KernelArgs& a) {
+  const int channels = part_channels(p.bytes, a);
   std::uint64_t per = (p.bytes + channels - 1) / channels;
   per = (per + kSliceGrain - 1) / kSliceGrain * kSliceGrain;
   std::uint64_t off = std::min<std::uint64_t>(per * c, p.bytes);
   std::uint64_t len = std::min<std::uint64_t>(per, p.bytes - off);
   return Part{p.ptr ? p.ptr + off : nullptr, len};
-}
-
-__device__ __forceinline__ std::uint64_t slice_bytes(std::uint64_t bytes, int c, int channels) {
-  return slice(Part{nullptr, bytes}, c, channels).bytes;
 }
 
 // Copies whole LocalState arrays between device and shared memory, by every thread.
@@ -56,13 +66,14 @@ __global__ void __launch_bounds__(kSmThreads, 2) snac_kernel(const __grid_consta
   const Role role = static_cast<Role>(blockIdx.x % roles);
   __shared__ Part in[kMaxRanks];
   __shared__ Part out[kMaxRanks];
-  __shared__ int status_word;
+  __shared__ atom::SmCtaWords cta_words;
   // The channel's protocol state, read once: the roles' many small reads and writes of it then stay
   // on chip, and each role writes back what it owns before the channel's end of call.
   __shared__ LocalState state;
   LocalState* const global_state = a.ctx.state + c;
-  for (int i = threadIdx.x; i < a.nin; i += blockDim.x) in[i] = slice(a.in[i], c, a.channels);
-  for (int i = threadIdx.x; i < a.nout; i += blockDim.x) out[i] = slice(a.out[i], c, a.channels);
+  for (int i = threadIdx.x; i < a.nin; i += blockDim.x) in[i] = slice(a.in[i], c, a);
+  for (int i = threadIdx.x; i < a.nout; i += blockDim.x) out[i] = slice(a.out[i], c, a);
+  if (threadIdx.x == 0) cta_words = atom::SmCtaWords{};
   // Launched early behind the previous kernel of the stream: nothing it wrote (our state, the
   // caller's buffers) may be read before it has completed.
 #if __CUDA_ARCH__ >= 900
@@ -82,9 +93,9 @@ __global__ void __launch_bounds__(kSmThreads, 2) snac_kernel(const __grid_consta
   call.op = a.op;
   call.in = in;
   call.out = out;
-  call.mid_bytes = slice_bytes(a.mid_bytes, c, a.channels);
+  call.mid_bytes = slice(Part{nullptr, a.mid_bytes}, c, a).bytes;
 
-  atom::SmAtom atom(a.type, a.op, a.guard, &status_word, a.one_gpu);
+  atom::SmAtom atom(a.type, a.op, a.guard, &cta_words, a.one_gpu);
   Status s = Status::ok;
   if (stages<D>(ctx, call, role)) s = begin_call(atom, ctx);
   if (s == Status::ok) s = run_role<D>(atom, ctx, call, role);

@@ -21,6 +21,8 @@ inline constexpr std::uint64_t kSliceGrain = 4096;
 struct KernelArgs {
   Context ctx;                // channel 0; channel c: win + c * nranks, state + c, scratch + c * scratch_bytes
   int channels;
+  std::uint64_t channel_bytes;  // a part gets one channel per this many bytes (0: every channel)
+  int least_part_channels;      // ... and at least this many (or the launch's, if fewer)
   std::uint64_t scratch_bytes;
   int root;
   DataType type;

@@ -40,10 +40,14 @@ using purlin::RedOpKind;
     }                                                                                    \
   } while (0)
 
-enum class Coll { all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, gather, scatter, send_recv };
+// all_to_all_v: one group of a send to and a receive from every rank (itself included), each pair
+// with its own count (see pair_count), so the ranks' calls have different largest messages.
+enum class Coll {
+  all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, gather, scatter, send_recv, all_to_all_v
+};
 const char* coll_name(Coll c) {
   static const char* names[] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter",
-                                "AllToAll", "Gather", "Scatter", "SendRecv"};
+                                "AllToAll", "Gather", "Scatter", "SendRecv", "AllToAllV"};
   return names[static_cast<int>(c)];
 }
 bool reduces(Coll c) { return c == Coll::all_reduce || c == Coll::reduce || c == Coll::reduce_scatter; }
@@ -101,14 +105,36 @@ struct Case {
   bool in_place;
 };
 
-// Buffer sizes in elements for a case on n ranks.
-void extents(const Case& c, int n, std::size_t* send, std::size_t* recv) {
+// Elements rank s sends to rank d in an all_to_all_v case: rank 0's message to itself is the
+// largest, so rank 0 cuts its call into more channels than the others do.
+std::size_t pair_count(std::size_t k, int s, int d) {
+  if (s == d) return k * (s == 0 ? 5 : 1) + static_cast<std::size_t>(d);
+  return k * (1 + static_cast<std::size_t>(s + 2 * d) % 3) + static_cast<std::size_t>(d);
+}
+// Where rank s's message to rank d starts in s's send buffer, and where rank d receives it.
+std::size_t send_offset(std::size_t k, int s, int d) {
+  std::size_t off = 0;
+  for (int i = 0; i < d; ++i) off += pair_count(k, s, i);
+  return off;
+}
+std::size_t recv_offset(std::size_t k, int s, int d) {
+  std::size_t off = 0;
+  for (int i = 0; i < s; ++i) off += pair_count(k, i, d);
+  return off;
+}
+
+// Buffer sizes in elements for a case on n ranks, on rank `me`.
+void extents(const Case& c, int n, int me, std::size_t* send, std::size_t* recv) {
   std::size_t k = c.count;
   switch (c.coll) {
     case Coll::all_reduce: case Coll::broadcast: case Coll::reduce: case Coll::send_recv: *send = *recv = k; break;
     case Coll::all_gather: case Coll::gather: *send = k; *recv = k * n; break;
     case Coll::reduce_scatter: case Coll::scatter: *send = k * n; *recv = k; break;
     case Coll::all_to_all: *send = *recv = k * n; break;
+    case Coll::all_to_all_v:
+      *send = send_offset(k, me, n);
+      *recv = recv_offset(k, n, me);
+      break;
   }
 }
 
@@ -117,9 +143,13 @@ bool expected(const Case& c, int n, int me, std::uint64_t seed, std::uint64_t sc
               bool* checked) {
   const std::size_t es = purlin::size_of(c.type);
   std::size_t send_elems = 0, recv_elems = 0;
-  extents(c, n, &send_elems, &recv_elems);
+  extents(c, n, me, &send_elems, &recv_elems);
   std::vector<std::vector<char>> in(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) fill(c.type, seed, r, send_elems, &in[r]);
+  for (int r = 0; r < n; ++r) {
+    std::size_t r_send = 0, r_recv = 0;
+    extents(c, n, r, &r_send, &r_recv);
+    fill(c.type, seed, r, r_send, &in[r]);
+  }
   out->assign(recv_elems * es, 0);
   *checked = true;
   purlin::ReduceOp op{c.op, 0, nullptr, n};
@@ -158,6 +188,11 @@ bool expected(const Case& c, int n, int me, std::uint64_t seed, std::uint64_t sc
       std::memcpy(out->data(), in[from].data(), k * es);
       break;
     }
+    case Coll::all_to_all_v:
+      for (int s = 0; s < n; ++s)
+        std::memcpy(out->data() + recv_offset(k, s, me) * es, in[s].data() + send_offset(k, s, me) * es,
+                    pair_count(k, s, me) * es);
+      break;
   }
   return true;
 }
@@ -191,6 +226,17 @@ ncclResult_t issue(Rank& R, const Case& c, void* send, void* recv, ncclRedOp_t o
       ncclRecv(recv, c.count, t, (R.me - 1 + R.n) % R.n, R.comm, R.stream);
       return ncclGroupEnd();
     }
+    case Coll::all_to_all_v: {
+      const std::size_t es = purlin::size_of(c.type);
+      ncclGroupStart();
+      for (int d = 0; d < R.n; ++d) {
+        ncclSend(static_cast<char*>(send) + send_offset(c.count, R.me, d) * es, pair_count(c.count, R.me, d), t, d,
+                 R.comm, R.stream);
+        ncclRecv(static_cast<char*>(recv) + recv_offset(c.count, d, R.me) * es, pair_count(c.count, d, R.me), t,
+                 d, R.comm, R.stream);
+      }
+      return ncclGroupEnd();
+    }
   }
   return ncclInternalError;
 }
@@ -199,7 +245,7 @@ ncclResult_t issue(Rank& R, const Case& c, void* send, void* recv, ncclRedOp_t o
 void run_case(Rank& R, const Case& c, bool graph, std::uint64_t base_seed) {
   const std::size_t es = purlin::size_of(c.type);
   std::size_t send_elems = 0, recv_elems = 0;
-  extents(c, R.n, &send_elems, &recv_elems);
+  extents(c, R.n, R.me, &send_elems, &recv_elems);
   const std::size_t send_bytes = send_elems * es, recv_bytes = recv_elems * es;
   // In place: input and output share one buffer at the offsets NCCL's in-place convention names.
   const std::size_t alloc = std::max(send_bytes, recv_bytes) + 4096;
@@ -293,7 +339,7 @@ std::vector<Case> cases(const Options& o, int n) {
   std::vector<std::size_t> counts = o.quick ? std::vector<std::size_t>{1, 1000, 65537}
                                             : std::vector<std::size_t>{1, 7, 1000, 65537, 1048579};
   const Coll colls[] = {Coll::all_reduce, Coll::broadcast, Coll::reduce, Coll::all_gather, Coll::reduce_scatter,
-                        Coll::all_to_all, Coll::gather, Coll::scatter, Coll::send_recv};
+                        Coll::all_to_all, Coll::gather, Coll::scatter, Coll::send_recv, Coll::all_to_all_v};
   for (Coll c : colls) {
     if (!o.filter.empty() && o.filter != coll_name(c)) continue;
     for (int t = 0; t < purlin::kNumDataTypes; ++t) {
@@ -312,7 +358,7 @@ std::vector<Case> cases(const Options& o, int n) {
             std::vector<int> roots = rooted(c) ? std::vector<int>{0, n - 1} : std::vector<int>{0};
             if (n == 1) roots = {0};
             for (int root : roots) {
-              if (c == Coll::send_recv && ip) continue;
+              if ((c == Coll::send_recv || c == Coll::all_to_all_v) && ip) continue;
               out.push_back(Case{c, static_cast<DataType>(t), static_cast<RedOpKind>(k), count, root, ip == 1});
             }
           }
@@ -328,7 +374,7 @@ void allocate(Rank& R, const Options& o) {
   std::size_t most = 0;
   for (const Case& c : all) {
     std::size_t s = 0, r = 0;
-    extents(c, R.n, &s, &r);
+    extents(c, R.n, R.me, &s, &r);
     most = std::max(most, std::max(s, r) * purlin::size_of(c.type) + 4096);
   }
   R.capacity = most;

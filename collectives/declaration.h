@@ -34,9 +34,8 @@ struct Declare {
 
   // A reduction lands in one packed result per consumer.
   static_assert(C != Consume::reduce || Out == Layout::packed, "a reduction produces a packed output");
-  // A copy into a packed output needs exactly one producer per consumer.
-  static_assert(C != Consume::copy || Out != Layout::packed || In == Layout::scattered,
-                "a packed copy output takes the consumer's partition of a scattered input");
+  // A copy into a packed output needs exactly one producer per consumer: the root, which gives each
+  // consumer its partition of a scattered input, or the whole of a packed one.
   static_assert(C != Consume::copy || Out != Layout::packed || R == Root::producer,
                 "a packed copy output needs a single (root) producer");
   // A transposed output exchanges partitions, so its input is scattered.

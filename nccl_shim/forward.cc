@@ -117,9 +117,11 @@ Status one_call(const Call& c, int rank, int nranks, const Op& op, ncclRedOp_t r
     case CollKind::all_reduce_direct:
       return check(lib, c.comm, lib.AllReduce(in, out, total(op.out) / c.es, c.dt, rop, c.h, c.stream), "ncclAllReduce");
     case CollKind::broadcast:
+    case CollKind::broadcast_direct:
       return check(lib, c.comm, lib.Broadcast(in, out, total(op.out) / c.es, c.dt, op.root, c.h, c.stream),
                    "ncclBroadcast");
     case CollKind::reduce:
+    case CollKind::reduce_direct:
       return check(lib, c.comm, lib.Reduce(in, out, total(op.in) / c.es, c.dt, rop, op.root, c.h, c.stream),
                    "ncclReduce");
     case CollKind::all_gather:

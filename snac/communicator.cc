@@ -248,16 +248,27 @@ void Communicator::revoke() {
 
 namespace {
 
-// The form a collective runs in. An AllReduce small enough for the policy's direct bound runs as one
-// reduce of every rank's whole input (coll::AllReduceDirect), which needs one exchange instead of
-// two; both forms fold in rank order, so the result is the same bits.
+// The form a collective runs in. An AllReduce, Broadcast or Reduce small enough for the policy's
+// direct bound runs as one exchange of whole buffers (coll::AllReduceDirect, BroadcastDirect,
+// ReduceDirect) instead of two of shards. The reductions of both forms fold in rank order, so the
+// result is the same bits. Every rank sees the same total and policy, so all pick the same form.
 Op plan(const Op& op, const Policy& policy) {
-  if (op.kind != CollKind::all_reduce || op.in.empty() || op.out.empty()) return op;
+  CollKind kind;
+  switch (op.kind) {
+    case CollKind::all_reduce: kind = CollKind::all_reduce_direct; break;
+    case CollKind::broadcast: kind = CollKind::broadcast_direct; break;
+    case CollKind::reduce: kind = CollKind::reduce_direct; break;
+    default: return op;
+  }
+  if (op.in.empty() || op.out.empty()) return op;
+  // The whole buffer's size: the output's for Broadcast (the input is the root's only), the
+  // input's for Reduce (the output is the root's only).
   std::uint64_t total = 0;
-  for (const Part& p : op.out) total += p.bytes;
+  for (const Part& p : op.kind == CollKind::reduce ? op.in : op.out) total += p.bytes;
   if (total == 0 || total > policy.direct_max_bytes) return op;
   Op direct;
-  direct.kind = CollKind::all_reduce_direct;
+  direct.kind = kind;
+  direct.root = op.root;
   direct.type = op.type;
   direct.op = op.op;
   direct.in = {Part{op.in.front().ptr, total}};

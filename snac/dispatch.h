@@ -32,6 +32,8 @@ auto dispatch(CollKind kind, F&& f) {
     case CollKind::reduce_scatter_v: return f.template operator()<coll::ReduceScatterV>();
     case CollKind::all_to_all_v: return f.template operator()<coll::AllToAllV>();
     case CollKind::all_reduce_direct: return f.template operator()<coll::AllReduceDirect>();
+    case CollKind::broadcast_direct: return f.template operator()<coll::BroadcastDirect>();
+    case CollKind::reduce_direct: return f.template operator()<coll::ReduceDirect>();
   }
   return f.template operator()<coll::AllReduce>();
 }

@@ -17,6 +17,8 @@ const char* name_of(CollKind k) {
     case CollKind::reduce_scatter_v: return "ReduceScatterV";
     case CollKind::all_to_all_v: return "AllToAllV";
     case CollKind::all_reduce_direct: return "AllReduceDirect";
+    case CollKind::broadcast_direct: return "BroadcastDirect";
+    case CollKind::reduce_direct: return "ReduceDirect";
   }
   return "?";
 }

@@ -23,8 +23,11 @@ enum class CollKind : int {
   all_gather_v,
   reduce_scatter_v,
   all_to_all_v,
-  all_reduce_direct,  // an AllReduce planned as one reduce of every rank's whole input (snac/plan)
+  all_reduce_direct,  // an AllReduce planned as one reduce of every rank's whole input (Communicator's plan)
+  broadcast_direct,   // a Broadcast planned as the root's whole buffer sent to every rank
+  reduce_direct,      // a Reduce planned as one reduce of every rank's whole input at the root
 };
+inline constexpr int kCollKinds = static_cast<int>(CollKind::reduce_direct) + 1;
 const char* name_of(CollKind k);
 
 struct Op {

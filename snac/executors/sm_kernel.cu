@@ -147,7 +147,7 @@ cudaError_t launch_snac(CollKind kind, const KernelArgs& args, cudaStream_t stre
 
 int snac_ctas_per_sm() {
   int least = 1 << 30;
-  for (int k = 0; k <= static_cast<int>(CollKind::all_reduce_direct); ++k) {
+  for (int k = 0; k < kCollKinds; ++k) {
     int blocks = 0;
     cudaError_t e = dispatch(static_cast<CollKind>(k), [&]<class D>() {
       return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, snac_kernel<D>, kSmThreads, 0);

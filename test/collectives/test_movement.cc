@@ -298,8 +298,8 @@ constexpr int decl_ids = 2 * 3 * 3 * 3;
 
 // The rules of declaration.h, restated. Declarations it rejects at compile time, for example:
 //   Declare<Consume::reduce, Layout::packed, Layout::scattered>     a reduction produces a packed output
-//   Declare<Consume::copy, Layout::packed, Layout::packed>          a packed copy takes a scattered input
-//   Declare<Consume::copy, Layout::scattered, Layout::packed>       ... from a single (root) producer
+//   Declare<Consume::copy, Layout::packed, Layout::packed>          a packed copy output needs a single
+//   Declare<Consume::copy, Layout::scattered, Layout::packed>       (root) producer
 //   Declare<Consume::copy, Layout::packed, Layout::transposed>      transposed output needs scattered input
 //   Declare<Consume::copy, Layout::transposed, Layout::scattered>   an input is packed or scattered
 //   Compose<AllGather, AllGather>                                   F's output layout is not G's input layout
@@ -312,8 +312,7 @@ constexpr int decl_ids = 2 * 3 * 3 * 3;
 constexpr bool valid(Decl d) {
   if (d.in == Layout::transposed) return false;
   if (d.consume == Consume::reduce && d.out != Layout::packed) return false;
-  if (d.consume == Consume::copy && d.out == Layout::packed && (d.in != Layout::scattered || d.root != Root::producer))
-    return false;
+  if (d.consume == Consume::copy && d.out == Layout::packed && d.root != Root::producer) return false;
   if (d.out == Layout::transposed && d.in != Layout::scattered) return false;
   return true;
 }
@@ -330,12 +329,14 @@ constexpr Decl decl_of() {
 
 static_assert(valid(decl_of<AllGather>()) && valid(decl_of<ReduceScatter>()) && valid(decl_of<AllToAll>()) &&
               valid(decl_of<Scatter>()) && valid(decl_of<Gather>()) && valid(decl_of<AllGatherV>()) &&
-              valid(decl_of<ReduceScatterV>()) && valid(decl_of<AllToAllV>()));
+              valid(decl_of<ReduceScatterV>()) && valid(decl_of<AllToAllV>()) && valid(decl_of<AllReduceDirect>()) &&
+              valid(decl_of<BroadcastDirect>()) && valid(decl_of<ReduceDirect>()));
 static_assert(composable(decl_of<ReduceScatter>(), decl_of<AllGather>()) &&
               composable(decl_of<Scatter>(), decl_of<AllGather>()) &&
               composable(decl_of<ReduceScatter>(), decl_of<Gather>()));
 static_assert(!valid({Consume::reduce, Layout::packed, Layout::scattered, Root::none}));
 static_assert(!valid({Consume::copy, Layout::scattered, Layout::packed, Root::none}));
+static_assert(!valid({Consume::copy, Layout::packed, Layout::packed, Root::consumer}));
 static_assert(!composable(decl_of<AllGather>(), decl_of<AllGather>()));
 static_assert(!composable({Consume::reduce, Layout::scattered, Layout::packed, Root::none},
                           {Consume::reduce, Layout::packed, Layout::packed, Root::none}));
@@ -347,7 +348,7 @@ constexpr int valid_count() {
   return k;
 }
 constexpr int plain_count = valid_count();
-static_assert(plain_count == 16, "6 reductions, 10 copies");
+static_assert(plain_count == 17, "6 reductions, 11 copies");
 
 constexpr std::array<int, plain_count> plain_ids = [] {
   std::array<int, plain_count> ids{};
@@ -537,6 +538,8 @@ TEST_CASE("uniform collectives move data as MPI defines them", "[collectives][mo
           REQUIRE(check_uniform<Broadcast>(n, c, root, align, broadcast(n, c, root)) == "");
           REQUIRE(check_uniform<Reduce>(n, c, root, align, reduce(n, c, root)) == "");
         }
+        REQUIRE(check_uniform<BroadcastDirect>(n, c, root, 1, broadcast(n, c, root)) == "");
+        REQUIRE(check_uniform<ReduceDirect>(n, c, root, 1, reduce(n, c, root)) == "");
       }
     }
 }
@@ -658,7 +661,7 @@ TEST_CASE("a group of Send/Recv moves each message once", "[collectives][movemen
 
 TEST_CASE("every valid declaration moves data as its layouts say", "[collectives][movement]") {
   const std::vector<Case> cases = plain_cases(std::make_index_sequence<plain_count>{});
-  REQUIRE(cases.size() == 16);
+  REQUIRE(cases.size() == 17);
   for (const Case& c : cases)
     for (int n = 1; n <= 8; ++n)
       for (int root = 0; root < n; ++root)
@@ -672,7 +675,7 @@ TEST_CASE("every valid declaration moves data as its layouts say", "[collectives
 
 TEST_CASE("every valid composition moves data as its parts say", "[collectives][movement]") {
   const std::vector<Case> cases = composed_cases(std::make_index_sequence<plain_count * plain_count>{});
-  REQUIRE(cases.size() == 68);  // 102 pairs whose layouts meet, less 18 double reductions and 16 root mismatches
+  REQUIRE(cases.size() == 82);  // 116 pairs whose layouts meet, less 18 double reductions and 16 root mismatches
   for (const Case& c : cases)
     for (int n = 1; n <= 8; ++n)
       for (int root = 0; root < n; ++root)

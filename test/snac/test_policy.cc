@@ -71,4 +71,5 @@ TEST_CASE("the built-in SM policy caps channels by the ranks sharing a GPU", "[p
   CHECK(policy_for(DatapathKind::sm, 2, 2, 132, 2, 90).workers == 8);   // ranks sharing a GPU
   CHECK(policy_for(DatapathKind::sm, 1, 1, 132, 2, 90).workers == 8);   // one rank alone
   CHECK(policy_for(DatapathKind::sm, 2, 1, 16, 2, 90).workers == 8);    // a small GPU: what fits
+  CHECK(policy_for(DatapathKind::sm, 2, 1, 132, 2, 90).channel_bytes == (4u << 10));  // a channel per 4 KiB
 }

@@ -166,7 +166,15 @@ Status vmm_alloc(int device, std::size_t bytes, VmmMapping* out) {
     v.release(handle);
     return s;
   }
-  s = check(cudaMemset(out->ptr, 0, size), "cudaMemset");
+  // Zeroed, and waited for here: a caller may unmap the allocation at once (a window that turns out
+  // to be shared by plain pointers), which must not race the memset (on two H200s, ranks as threads
+  // then failed their init with an illegal address in 5 of 12 runs). The memset gets a non-blocking
+  // stream of its own, so the wait covers nothing else running on the device.
+  cudaStream_t zero = nullptr;
+  s = check(cudaStreamCreateWithFlags(&zero, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  if (s == Status::ok) s = check(cudaMemsetAsync(out->ptr, 0, size, zero), "cudaMemsetAsync");
+  if (s == Status::ok) s = check(cudaStreamSynchronize(zero), "cudaStreamSynchronize");
+  if (zero) cudaStreamDestroy(zero);
   if (s != Status::ok) vmm_free(out);
   return s;
 }

@@ -325,6 +325,7 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* 
   ncclUniqueId id;
   if (ncclResult_t r = pncclGetUniqueId(&id); r != ncclSuccess) return r;
   std::vector<ncclResult_t> results(ndev, ncclSuccess);
+  std::vector<std::string> why(ndev);  // a failed rank's message, from its thread to the caller's
   std::vector<std::thread> threads;
   // Rank i runs on devlist[i]; without a list on device i, wrapping round when there are more
   // ranks than visible devices (several ranks then share a GPU).
@@ -335,17 +336,20 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* 
       if (gpus > 0) {
         const int device = devlist ? devlist[i] : i % gpus;
         if (!cuda_set_current_device(device)) {
-          results[i] = fail(nullptr, ncclUnhandledCudaError, fmt::format("ncclCommInitAll: cannot use device {}", device));
+          results[i] = fail(nullptr, ncclUnhandledCudaError, fmt::format("cannot use device {}", device));
+          why[i] = last_error();
           return;
         }
       }
       results[i] = pncclCommInitRank(&comms[i], ndev, id, i);
+      if (results[i] != ncclSuccess) why[i] = last_error();
     });
   for (auto& t : threads) t.join();
   for (int i = 0; i < ndev; ++i)
     if (results[i] != ncclSuccess) {
       for (int j = 0; j < ndev; ++j)
         if (comms[j]) teardown(comms[j], true), comms[j] = nullptr;
+      adopt_error(static_cast<Status>(results[i]), fmt::format("ncclCommInitAll: rank {}: {}", i, why[i]));
       return results[i];
     }
   return ncclSuccess;

@@ -428,8 +428,8 @@ int main(int argc, char** argv) {
     std::vector<ncclComm_t> comms(o.ranks);
     std::vector<int> devs(o.ranks);
     for (int r = 0; r < o.ranks; ++r) devs[r] = device_of(r);
-    if (ncclCommInitAll(comms.data(), o.ranks, devs.data()) != ncclSuccess) {
-      std::printf("FAIL ncclCommInitAll\n0 passed, 1 failed\n");
+    if (ncclResult_t e = ncclCommInitAll(comms.data(), o.ranks, devs.data()); e != ncclSuccess) {
+      std::printf("FAIL ncclCommInitAll: %s (%s)\n0 passed, 1 failed\n", ncclGetErrorString(e), ncclGetLastError(nullptr));
       return 1;
     }
     std::vector<Rank> ranks(o.ranks);

@@ -8,9 +8,10 @@ horizontal line at --line-gbps when given (a link's rate, say). summary.md holds
 column per run.
 
 Usage:
-  plot.py --run LABEL=FILE [--run LABEL=FILE ...] --out DIR [--line-gbps 450 --line-label NVLink4]
+  plot.py --run LABEL=FILE[,FILE...] [--run LABEL=FILE ...] --out DIR [--line-gbps 450 --line-label NVLink4]
           [--title TEXT]
-FILE is a purlin-perf JSON report or its printed report (perf/compare.py reads both the same way).
+FILE is a purlin-perf JSON report or its printed report (perf/compare.py reads both the same way);
+several files of one run (a latency and a bandwidth sweep, say) form one line.
 Needs matplotlib (the PNGs); without it only summary.md is written.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from compare import human, rows_of  # noqa: E402
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--run", action="append", required=True, metavar="LABEL=FILE")
+    p.add_argument("--run", action="append", required=True, metavar="LABEL=FILE[,FILE...]")
     p.add_argument("--out", required=True)
     p.add_argument("--line-gbps", type=float)
     p.add_argument("--line-label", default="line rate")
@@ -35,8 +36,8 @@ def main(argv: list[str]) -> int:
     for item in args.run:
         label, _, path = item.partition("=")
         if not path:
-            p.error(f"--run {item}: expected LABEL=FILE")
-        runs.append((label, rows_of([path])))
+            p.error(f"--run {item}: expected LABEL=FILE[,FILE...]")
+        runs.append((label, rows_of(path.split(","))))
     os.makedirs(args.out, exist_ok=True)
     collectives: list[str] = []
     for _, rows in runs:

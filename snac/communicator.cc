@@ -248,8 +248,8 @@ void Communicator::revoke() {
 
 namespace {
 
-// The form a collective runs in. An AllReduce, Broadcast or Reduce small enough for the policy's
-// direct bound runs as one exchange of whole buffers (coll::AllReduceDirect, BroadcastDirect,
+// The form a collective runs in. An AllReduce, Broadcast or Reduce within the policy's direct bound
+// (Broadcast has its own) runs as one exchange of whole buffers (coll::AllReduceDirect, BroadcastDirect,
 // ReduceDirect) instead of two of shards. The reductions of both forms fold in rank order, so the
 // result is the same bits. Every rank sees the same total and policy, so all pick the same form.
 Op plan(const Op& op, const Policy& policy) {
@@ -265,7 +265,8 @@ Op plan(const Op& op, const Policy& policy) {
   // input's for Reduce (the output is the root's only).
   std::uint64_t total = 0;
   for (const Part& p : op.kind == CollKind::reduce ? op.in : op.out) total += p.bytes;
-  if (total == 0 || total > policy.direct_max_bytes) return op;
+  const std::uint64_t bound = op.kind == CollKind::broadcast ? policy.broadcast_direct_max_bytes : policy.direct_max_bytes;
+  if (total == 0 || total > bound) return op;
   Op direct;
   direct.kind = kind;
   direct.root = op.root;

@@ -29,6 +29,13 @@ constexpr int kMaxChannels = 8;
 // 5.7 with 32; since the Atom keeps more loads in flight, 3.87 ms with 32 and 3.75 with 64, and
 // ReduceScatter 2.21 and 1.79).
 constexpr int kMaxChannelsAlone = 64;
+// The direct forms (snac's plan) on the SM datapath, from purlin-perf sweeps of
+// PURLIN_DIRECT_MAX_BYTES (64K, 256K, 1M, 4M) over 64 KiB to 4 MiB, bf16, graph timing
+// (perf/results/2026-11-30-direct-bounds/). Broadcast direct was faster at every size up to 4 MiB
+// with 2, 4 and 8 ranks on one H200 and with one rank on each of two: 8 ranks at 4 MiB 48.2 us
+// against 91.2. AllReduce and Reduce direct were faster up to 4 MiB with 2 ranks (two H200s,
+// AllReduce of 4 MiB: 31.3 us against 51.2), slower from 256 KiB with 4 and 8.
+constexpr std::uint64_t kTwoRankDirectMax = 4ull << 20;
 // Staging of all channels together (both halves) stays within this; fewer, larger windows keep
 // the table's size.
 constexpr std::uint64_t kStagingBudget = 256ull << 20;
@@ -42,6 +49,7 @@ struct TableEntry {
   std::uint64_t latency_max_bytes;
   std::uint64_t channel_bytes;
   std::uint64_t direct_max_bytes;
+  std::uint64_t broadcast_direct_max_bytes;
   double sim_us_per_op;
   double sim_gbps;
 };
@@ -52,9 +60,9 @@ struct TableEntry {
 // on one H200 (2 and 8 ranks) and on two (one rank each), e.g. AllReduce of 256 KiB with 8 ranks
 // 33.3 us against 44.7 with 16 KiB (perf/results/2026-11-30-h200x2-r3/).
 constexpr TableEntry kTable[] = {
-    {DatapathKind::host, "host/default", 4u << 20, 512u << 10, 4, 8u << 10, 0, 8u << 10, 20.0, 5.0},
-    {DatapathKind::sm, "sm/default", 8u << 20, 256u << 10, 4, 16u << 10, 4u << 10, 64u << 10, 5.0, 1000.0},
-    {DatapathKind::ce, "ce/default", 8u << 20, 1u << 20, 4, 0, 0, 0, 10.0, 1000.0},
+    {DatapathKind::host, "host/default", 4u << 20, 512u << 10, 4, 8u << 10, 0, 8u << 10, 8u << 10, 20.0, 5.0},
+    {DatapathKind::sm, "sm/default", 8u << 20, 256u << 10, 4, 16u << 10, 4u << 10, 64u << 10, 4u << 20, 5.0, 1000.0},
+    {DatapathKind::ce, "ce/default", 8u << 20, 1u << 20, 4, 0, 0, 0, 0, 10.0, 1000.0},
 };
 
 // A field of a policy file's regime: `*` (-1) or a non-negative number, after an optional prefix.
@@ -99,6 +107,7 @@ bool set_key(PolicyEntry& e, const std::string& key, const std::string& value, s
   if (key == "latency_max_bytes") return bytes(&e.latency_max_bytes, true);
   if (key == "channel_bytes") return bytes(&e.channel_bytes, false);
   if (key == "direct_max_bytes") return bytes(&e.direct_max_bytes, true);
+  if (key == "broadcast_direct_max_bytes") return bytes(&e.broadcast_direct_max_bytes, true);
   if (key == "slots") return count(&e.slots, 64);
   if (key == "channels") return count(&e.channels, 1024);
   *why = fmt::format("unknown key '{}'", key);
@@ -114,6 +123,7 @@ PolicyEntry env_entry(const Config& c) {
   e.channel_bytes = bytes(c.channel_bytes);
   e.latency_max_bytes = c.latency_disabled ? 0 : bytes(c.latency_max_bytes);
   e.direct_max_bytes = c.direct_disabled ? 0 : bytes(c.direct_max_bytes);
+  e.broadcast_direct_max_bytes = e.direct_max_bytes;  // the variable sets both bounds
   e.slots = c.slots ? c.slots : -1;
   e.channels = c.channels ? c.channels : -1;
   return e;
@@ -128,7 +138,12 @@ void apply(const PolicyEntry& e, Policy& p, int* channels) {
   if (e.slots > 0) p.slots = e.slots;
   if (e.latency_max_bytes >= 0) p.latency_max_bytes = static_cast<std::uint64_t>(e.latency_max_bytes);
   if (e.channel_bytes >= 0) p.channel_bytes = static_cast<std::uint64_t>(e.channel_bytes);
-  if (e.direct_max_bytes >= 0) p.direct_max_bytes = static_cast<std::uint64_t>(e.direct_max_bytes);
+  if (e.direct_max_bytes >= 0) {
+    p.direct_max_bytes = static_cast<std::uint64_t>(e.direct_max_bytes);
+    p.broadcast_direct_max_bytes = p.direct_max_bytes;
+  }
+  if (e.broadcast_direct_max_bytes >= 0)
+    p.broadcast_direct_max_bytes = static_cast<std::uint64_t>(e.broadcast_direct_max_bytes);
   if (e.channels > 0) *channels = e.channels;
 }
 
@@ -231,6 +246,11 @@ Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int c
   p.latency_max_bytes = e->latency_max_bytes;
   p.channel_bytes = e->channel_bytes;
   p.direct_max_bytes = e->direct_max_bytes;
+  p.broadcast_direct_max_bytes = e->broadcast_direct_max_bytes;
+  // Two ranks reduce directly up to 4 MiB: each then reads both inputs, no more than the composed
+  // form moves between them. With more ranks the direct reduce reads n inputs on every rank and
+  // loses from 256 KiB (one H200, 4 and 8 ranks).
+  if (datapath == DatapathKind::sm && nranks == 2) p.direct_max_bytes = kTwoRankDirectMax;
   p.sim_us_per_op = e->sim_us_per_op;
   p.sim_gbps = e->sim_gbps;
   // The policy file's entry, then the environment's single entries over it.
@@ -276,9 +296,10 @@ Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int c
     p.name += "+env";
   log::info(log::kTune,
             "policy {} for {} ranks ({} on this GPU): staging {} B x2, chunk {} B, {} slots, latency path up to {} B, "
-            "{} channels (one per {} B of a call; {} CTAs fit an SM), AllReduce direct up to {} B",
+            "{} channels (one per {} B of a call; {} CTAs fit an SM), AllReduce and Reduce direct up to {} B, "
+            "Broadcast direct up to {} B",
             p.name, nranks, sharing, p.staging_half, p.chunk_bytes, p.slots, p.latency_max_bytes, p.workers,
-            p.channel_bytes, ctas_per_sm, p.direct_max_bytes);
+            p.channel_bytes, ctas_per_sm, p.direct_max_bytes, p.broadcast_direct_max_bytes);
   return p;
 }
 

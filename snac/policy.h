@@ -7,8 +7,9 @@
 // The policy file: one entry per line, `DATAPATH ARCH SHARING NRANKS KEY=VALUE...`, `#` starts a
 // comment. DATAPATH is sm or host, ARCH sm_XY (sm_90), SHARING the ranks on one GPU, NRANKS the
 // communicator's size; `*` matches anything. Keys: staging_bytes, chunk_bytes, slots,
-// latency_max_bytes, channels, channel_bytes, direct_max_bytes (sizes take K, M, G; `none` turns
-// the latency path or the direct AllReduce off). Of the entries that match, the one that names the
+// latency_max_bytes, channels, channel_bytes, direct_max_bytes (AllReduce and Reduce, and Broadcast
+// too), broadcast_direct_max_bytes (Broadcast alone; sizes take K, M, G; `none` turns the latency
+// path or the direct forms off). Of the entries that match, the one that names the
 // most fields wins, and among those the last. A line that does not parse is skipped with a WARN.
 #pragma once
 
@@ -30,7 +31,8 @@ struct Policy {
   std::uint64_t packets_per_pair = 0;  // latency buffer per (phase, producer, parity), in packets
   int workers = 1;                     // threads (host) or CTAs (GPU) per role: the most a call uses
   std::uint64_t channel_bytes = 0;     // SM: a call of uniform sizes takes one channel per this many bytes
-  std::uint64_t direct_max_bytes = 0;  // AllReduce up to this size: one direct reduce (0: always composed)
+  std::uint64_t direct_max_bytes = 0;  // AllReduce and Reduce up to this size: one direct reduce (0: never)
+  std::uint64_t broadcast_direct_max_bytes = 0;  // Broadcast up to this size: the root's whole buffer to all
   double sim_us_per_op = 0;            // ncclGroupSimulateEnd's cost model: fixed cost per op
   double sim_gbps = 0;                 // and bytes (read + written) per second
 };
@@ -47,7 +49,7 @@ struct PolicyEntry {
   std::string datapath;  // "sm", "host" or "*"
   int arch = -1, sharing = -1, nranks = -1;
   std::int64_t staging_bytes = -1, chunk_bytes = -1, latency_max_bytes = -1, channel_bytes = -1,
-               direct_max_bytes = -1;  // -1: not set; latency and direct take 0 for `none`
+               direct_max_bytes = -1, broadcast_direct_max_bytes = -1;  // -1: not set; `none` is 0
   int slots = -1, channels = -1;
   int line = 0;
 };

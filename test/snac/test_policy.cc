@@ -54,6 +54,7 @@ TEST_CASE("PURLIN_POLICY_FILE overrides the built-in policy, and names the entry
   CHECK(four.slots == 4);  // one entry applies: line 3 sets no slots, so the built-in 4 stays
   CHECK(four.latency_max_bytes == 2048);
   CHECK(four.direct_max_bytes == 0);
+  CHECK(four.broadcast_direct_max_bytes == 0);  // direct_max_bytes=none turns Broadcast's off too
   CHECK(four.name.find("policy_example.txt:3") != std::string::npos);
   const auto two = policy_for(DatapathKind::host, 2, 1, 0);
   CHECK(two.chunk_bytes == (128u << 10));
@@ -72,4 +73,16 @@ TEST_CASE("the built-in SM policy caps channels by the ranks sharing a GPU", "[p
   CHECK(policy_for(DatapathKind::sm, 1, 1, 132, 2, 90).workers == 8);   // one rank alone
   CHECK(policy_for(DatapathKind::sm, 2, 1, 16, 2, 90).workers == 8);    // a small GPU: what fits
   CHECK(policy_for(DatapathKind::sm, 2, 1, 132, 2, 90).channel_bytes == (4u << 10));  // a channel per 4 KiB
+}
+
+TEST_CASE("the built-in SM policy bounds the direct forms by collective and rank count", "[policy]") {
+  const auto two = policy_for(DatapathKind::sm, 2, 1, 132, 2, 90);
+  CHECK(two.direct_max_bytes == (4u << 20));  // two ranks reduce directly up to 4 MiB
+  CHECK(two.broadcast_direct_max_bytes == (4u << 20));
+  const auto four = policy_for(DatapathKind::sm, 4, 4, 132, 2, 90);
+  CHECK(four.direct_max_bytes == (64u << 10));
+  CHECK(four.broadcast_direct_max_bytes == (4u << 20));
+  const auto host = policy_for(DatapathKind::host, 2, 1, 0);
+  CHECK(host.direct_max_bytes == (8u << 10));
+  CHECK(host.broadcast_direct_max_bytes == (8u << 10));
 }

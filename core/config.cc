@@ -93,6 +93,9 @@ Config read_config() {
   std::string direct = env("PURLIN_DIRECT_MAX_BYTES");
   if (direct == "none" || direct == "0") c.direct_disabled = true;
   else c.direct_max_bytes = bytes_or("PURLIN_DIRECT_MAX_BYTES", direct);
+  std::string bdirect = env("PURLIN_BROADCAST_DIRECT_MAX_BYTES");
+  if (bdirect == "none" || bdirect == "0") c.broadcast_direct_disabled = true;
+  else c.broadcast_direct_max_bytes = bytes_or("PURLIN_BROADCAST_DIRECT_MAX_BYTES", bdirect);
   c.channel_bytes = bytes_or("PURLIN_CHANNEL_BYTES", env("PURLIN_CHANNEL_BYTES"));
   c.pdl_disabled = env("PURLIN_PDL") == "0";
   c.cumem_disabled = env("PURLIN_CUMEM") == "0";
@@ -129,8 +132,11 @@ void log_config(const Config& c) {
   if (c.staging_bytes) log::info(log::kEnv, "PURLIN_STAGING_BYTES set by environment to {}", c.staging_bytes);
   if (c.latency_disabled) log::info(log::kEnv, "PURLIN_LATENCY_MAX_BYTES=none: latency path disabled");
   else if (c.latency_max_bytes) log::info(log::kEnv, "PURLIN_LATENCY_MAX_BYTES set by environment to {}", c.latency_max_bytes);
-  if (c.direct_disabled) log::info(log::kEnv, "PURLIN_DIRECT_MAX_BYTES=none: AllReduce always composed");
+  if (c.direct_disabled) log::info(log::kEnv, "PURLIN_DIRECT_MAX_BYTES=none: AllReduce and Reduce always composed");
   else if (c.direct_max_bytes) log::info(log::kEnv, "PURLIN_DIRECT_MAX_BYTES set by environment to {}", c.direct_max_bytes);
+  if (c.broadcast_direct_disabled) log::info(log::kEnv, "PURLIN_BROADCAST_DIRECT_MAX_BYTES=none: Broadcast always composed");
+  else if (c.broadcast_direct_max_bytes)
+    log::info(log::kEnv, "PURLIN_BROADCAST_DIRECT_MAX_BYTES set by environment to {}", c.broadcast_direct_max_bytes);
   if (c.channel_bytes) log::info(log::kEnv, "PURLIN_CHANNEL_BYTES set by environment to {}", c.channel_bytes);
   if (c.pdl_disabled) log::info(log::kEnv, "PURLIN_PDL=0: kernels launch without programmatic dependent launch");
   if (c.cumem_disabled) log::info(log::kEnv, "PURLIN_CUMEM=0: device memory is shared between processes by CUDA IPC");

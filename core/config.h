@@ -52,8 +52,10 @@ struct Config {
   int slots = 0;                       // PURLIN_SLOTS
   int channels = 0;                    // PURLIN_CHANNELS: CTAs per role on the SM datapath
   bool latency_disabled = false;       // PURLIN_LATENCY_MAX_BYTES=none forces the throughput path
-  std::uint64_t direct_max_bytes = 0;  // PURLIN_DIRECT_MAX_BYTES: AllReduce as one direct reduce up to this
-  bool direct_disabled = false;        // PURLIN_DIRECT_MAX_BYTES=none: always ReduceScatter + AllGather
+  std::uint64_t direct_max_bytes = 0;  // PURLIN_DIRECT_MAX_BYTES: AllReduce and Reduce direct up to this
+  bool direct_disabled = false;        // PURLIN_DIRECT_MAX_BYTES=none: AllReduce and Reduce always composed
+  std::uint64_t broadcast_direct_max_bytes = 0;  // PURLIN_BROADCAST_DIRECT_MAX_BYTES: Broadcast direct up to this
+  bool broadcast_direct_disabled = false;        // PURLIN_BROADCAST_DIRECT_MAX_BYTES=none: Broadcast always composed
   std::uint64_t channel_bytes = 0;     // PURLIN_CHANNEL_BYTES: bytes of a call per SM channel
   bool pdl_disabled = false;           // PURLIN_PDL=0: no programmatic dependent launch
   bool cumem_disabled = false;         // PURLIN_CUMEM=0: share device memory by legacy CUDA IPC only

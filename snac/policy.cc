@@ -29,8 +29,8 @@ constexpr int kMaxChannels = 8;
 // 5.7 with 32; since the Atom keeps more loads in flight, 3.87 ms with 32 and 3.75 with 64, and
 // ReduceScatter 2.21 and 1.79).
 constexpr int kMaxChannelsAlone = 64;
-// The direct forms (snac's plan) on the SM datapath, from purlin-perf sweeps of
-// PURLIN_DIRECT_MAX_BYTES (64K, 256K, 1M, 4M) over 64 KiB to 4 MiB, bf16, graph timing
+// The direct forms (snac's plan) on the SM datapath, from purlin-perf sweeps of one bound for all
+// three (64K, 256K, 1M, 4M) over 64 KiB to 4 MiB, bf16, graph timing
 // (perf/results/2026-11-30-direct-bounds/). Broadcast direct was faster at every size up to 4 MiB
 // with 2, 4 and 8 ranks on one H200 and with one rank on each of two: 8 ranks at 4 MiB 48.2 us
 // against 91.2. AllReduce and Reduce direct were faster up to 4 MiB with 2 ranks (two H200s,
@@ -123,7 +123,7 @@ PolicyEntry env_entry(const Config& c) {
   e.channel_bytes = bytes(c.channel_bytes);
   e.latency_max_bytes = c.latency_disabled ? 0 : bytes(c.latency_max_bytes);
   e.direct_max_bytes = c.direct_disabled ? 0 : bytes(c.direct_max_bytes);
-  e.broadcast_direct_max_bytes = e.direct_max_bytes;  // the variable sets both bounds
+  e.broadcast_direct_max_bytes = c.broadcast_direct_disabled ? 0 : bytes(c.broadcast_direct_max_bytes);
   e.slots = c.slots ? c.slots : -1;
   e.channels = c.channels ? c.channels : -1;
   return e;
@@ -138,10 +138,7 @@ void apply(const PolicyEntry& e, Policy& p, int* channels) {
   if (e.slots > 0) p.slots = e.slots;
   if (e.latency_max_bytes >= 0) p.latency_max_bytes = static_cast<std::uint64_t>(e.latency_max_bytes);
   if (e.channel_bytes >= 0) p.channel_bytes = static_cast<std::uint64_t>(e.channel_bytes);
-  if (e.direct_max_bytes >= 0) {
-    p.direct_max_bytes = static_cast<std::uint64_t>(e.direct_max_bytes);
-    p.broadcast_direct_max_bytes = p.direct_max_bytes;
-  }
+  if (e.direct_max_bytes >= 0) p.direct_max_bytes = static_cast<std::uint64_t>(e.direct_max_bytes);
   if (e.broadcast_direct_max_bytes >= 0)
     p.broadcast_direct_max_bytes = static_cast<std::uint64_t>(e.broadcast_direct_max_bytes);
   if (e.channels > 0) *channels = e.channels;
@@ -292,7 +289,8 @@ Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int c
     p.staging_half = std::max(std::min(p.staging_half, fit), least);
   }
   if (c.staging_bytes || c.chunk_bytes || c.slots || c.latency_disabled || c.latency_max_bytes || c.channels ||
-      c.direct_disabled || c.direct_max_bytes || c.channel_bytes)
+      c.direct_disabled || c.direct_max_bytes || c.broadcast_direct_disabled || c.broadcast_direct_max_bytes ||
+      c.channel_bytes)
     p.name += "+env";
   log::info(log::kTune,
             "policy {} for {} ranks ({} on this GPU): staging {} B x2, chunk {} B, {} slots, latency path up to {} B, "

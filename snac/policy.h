@@ -7,9 +7,9 @@
 // The policy file: one entry per line, `DATAPATH ARCH SHARING NRANKS KEY=VALUE...`, `#` starts a
 // comment. DATAPATH is sm or host, ARCH sm_XY (sm_90), SHARING the ranks on one GPU, NRANKS the
 // communicator's size; `*` matches anything. Keys: staging_bytes, chunk_bytes, slots,
-// latency_max_bytes, channels, channel_bytes, direct_max_bytes (AllReduce and Reduce, and Broadcast
-// too), broadcast_direct_max_bytes (Broadcast alone; sizes take K, M, G; `none` turns the latency
-// path or the direct forms off). Of the entries that match, the one that names the
+// latency_max_bytes, channels, channel_bytes, direct_max_bytes (AllReduce and Reduce),
+// broadcast_direct_max_bytes (sizes take K, M, G; `none` turns the latency path or a direct form
+// off). Of the entries that match, the one that names the
 // most fields wins, and among those the last. A line that does not parse is skipped with a WARN.
 #pragma once
 

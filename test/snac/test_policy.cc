@@ -54,7 +54,7 @@ TEST_CASE("PURLIN_POLICY_FILE overrides the built-in policy, and names the entry
   CHECK(four.slots == 4);  // one entry applies: line 3 sets no slots, so the built-in 4 stays
   CHECK(four.latency_max_bytes == 2048);
   CHECK(four.direct_max_bytes == 0);
-  CHECK(four.broadcast_direct_max_bytes == 0);  // direct_max_bytes=none turns Broadcast's off too
+  CHECK(four.broadcast_direct_max_bytes == (8u << 10));  // Broadcast has a bound of its own
   CHECK(four.name.find("policy_example.txt:3") != std::string::npos);
   const auto two = policy_for(DatapathKind::host, 2, 1, 0);
   CHECK(two.chunk_bytes == (128u << 10));

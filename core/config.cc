@@ -36,6 +36,13 @@ std::uint64_t bytes_or(const char* name, const std::string& text) {
   return *v;
 }
 
+// A size bound that `none` (or 0) turns off: sets *disabled, else *bytes.
+void bound_or_none(const char* name, std::uint64_t* bytes, bool* disabled) {
+  const std::string text = env(name);
+  if (text == "none" || text == "0") *disabled = true;
+  else *bytes = bytes_or(name, text);
+}
+
 struct FallbackName {
   const char* name;
   std::uint32_t bit;
@@ -87,15 +94,9 @@ Config read_config() {
   }
   c.chunk_bytes = bytes_or("PURLIN_CHUNK_BYTES", env("PURLIN_CHUNK_BYTES"));
   c.staging_bytes = bytes_or("PURLIN_STAGING_BYTES", env("PURLIN_STAGING_BYTES"));
-  std::string lat = env("PURLIN_LATENCY_MAX_BYTES");
-  if (lat == "none" || lat == "0") c.latency_disabled = true;
-  else c.latency_max_bytes = bytes_or("PURLIN_LATENCY_MAX_BYTES", lat);
-  std::string direct = env("PURLIN_DIRECT_MAX_BYTES");
-  if (direct == "none" || direct == "0") c.direct_disabled = true;
-  else c.direct_max_bytes = bytes_or("PURLIN_DIRECT_MAX_BYTES", direct);
-  std::string bdirect = env("PURLIN_BROADCAST_DIRECT_MAX_BYTES");
-  if (bdirect == "none" || bdirect == "0") c.broadcast_direct_disabled = true;
-  else c.broadcast_direct_max_bytes = bytes_or("PURLIN_BROADCAST_DIRECT_MAX_BYTES", bdirect);
+  bound_or_none("PURLIN_LATENCY_MAX_BYTES", &c.latency_max_bytes, &c.latency_disabled);
+  bound_or_none("PURLIN_DIRECT_MAX_BYTES", &c.direct_max_bytes, &c.direct_disabled);
+  bound_or_none("PURLIN_BROADCAST_DIRECT_MAX_BYTES", &c.broadcast_direct_max_bytes, &c.broadcast_direct_disabled);
   c.channel_bytes = bytes_or("PURLIN_CHANNEL_BYTES", env("PURLIN_CHANNEL_BYTES"));
   c.pdl_disabled = env("PURLIN_PDL") == "0";
   c.cumem_disabled = env("PURLIN_CUMEM") == "0";

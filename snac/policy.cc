@@ -129,6 +129,12 @@ PolicyEntry env_entry(const Config& c) {
   return e;
 }
 
+// Whether entry `e` sets any key.
+bool sets_anything(const PolicyEntry& e) {
+  return e.staging_bytes >= 0 || e.chunk_bytes >= 0 || e.latency_max_bytes >= 0 || e.channel_bytes >= 0 ||
+         e.direct_max_bytes >= 0 || e.broadcast_direct_max_bytes >= 0 || e.slots > 0 || e.channels > 0;
+}
+
 // Sets what entry `e` names; its channel count, which the residency bound still limits, goes to
 // *channels.
 void apply(const PolicyEntry& e, Policy& p, int* channels) {
@@ -257,7 +263,8 @@ Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int c
     apply(*f, p, &wanted);
   }
   const Config& c = config();
-  apply(env_entry(c), p, &wanted);
+  const PolicyEntry env = env_entry(c);
+  apply(env, p, &wanted);
   p.packets_per_pair = std::max<std::uint64_t>((p.latency_max_bytes + 7) / 8, 1);
   // Every lane of the widest call (a composition of two scattered phases) needs `slots` chunks of
   // at least 256 bytes.
@@ -288,10 +295,7 @@ Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int c
         (kStagingBudget / (2ull * static_cast<std::uint64_t>(std::max(p.workers, 1)))) & ~((64ull << 10) - 1);
     p.staging_half = std::max(std::min(p.staging_half, fit), least);
   }
-  if (c.staging_bytes || c.chunk_bytes || c.slots || c.latency_disabled || c.latency_max_bytes || c.channels ||
-      c.direct_disabled || c.direct_max_bytes || c.broadcast_direct_disabled || c.broadcast_direct_max_bytes ||
-      c.channel_bytes)
-    p.name += "+env";
+  if (sets_anything(env)) p.name += "+env";
   log::info(log::kTune,
             "policy {} for {} ranks ({} on this GPU): staging {} B x2, chunk {} B, {} slots, latency path up to {} B, "
             "{} channels (one per {} B of a call; {} CTAs fit an SM), AllReduce and Reduce direct up to {} B, "

@@ -196,18 +196,13 @@ class SmExecutor final : public Executor {
   }
 
  private:
-  // Channels for one call: one per policy.channel_bytes of its largest part, at least
-  // least_part_channels(op), up to the communicator's. The kernel cuts each part by its own size
-  // (part_channels in sm_kernel.cu), so the ranks of a Send/Recv round or an AllToAllV, whose
-  // largest parts differ, need not agree.
+  // Channels for one call: those of its largest part (part_channels), which the kernel cuts every
+  // part by, each by its own size.
   int channels_for(const Op& op) const {
-    if (policy_.channel_bytes == 0) return channels_;
     std::uint64_t largest = 0;
     for (const Part& p : op.in) largest = std::max(largest, p.bytes);
     for (const Part& p : op.out) largest = std::max(largest, p.bytes);
-    const std::uint64_t want = std::max<std::uint64_t>((largest + policy_.channel_bytes - 1) / policy_.channel_bytes,
-                                                       static_cast<std::uint64_t>(least_part_channels(op)));
-    return static_cast<int>(std::clamp<std::uint64_t>(want, 1, static_cast<std::uint64_t>(channels_)));
+    return part_channels(largest, policy_.channel_bytes, least_part_channels(op), channels_);
   }
   // Point-to-point messages spread over at least this many channels (in slices of at least
   // kSliceGrain): on one H200 under MPS, a 16 KiB Send/Recv in one channel took about 1.3 us longer

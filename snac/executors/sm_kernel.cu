@@ -11,21 +11,9 @@
 namespace purlin::snac {
 namespace {
 
-// The channels a part of `bytes` is cut into: one per `channel_bytes` (all of them when 0), at least
-// `least_part_channels`, at most the launch's. Both ends of a message compute it from the message's size and the
-// collective alone, and the host launches at least that many channels for every part
-// (SmExecutor::channels_for), so ranks whose calls launch different channel counts (Send/Recv
-// rounds, AllToAllV) still cut each message alike.
-__device__ __forceinline__ int part_channels(std::uint64_t bytes, const KernelArgs& a) {
-  if (a.channel_bytes == 0) return a.channels;
-  std::uint64_t want = (bytes + a.channel_bytes - 1) / a.channel_bytes;
-  if (want < static_cast<std::uint64_t>(a.least_part_channels)) want = static_cast<std::uint64_t>(a.least_part_channels);
-  return want < 1 ? 1 : want > static_cast<std::uint64_t>(a.channels) ? a.channels : static_cast<int>(want);
-}
-
-// Channel c's slice of a part; empty on the channels past the part's own.
+// Channel c's slice of a part; empty on the channels past the part's own (part_channels).
 __device__ __forceinline__ Part slice(const Part& p, int c, const KernelArgs& a) {
-  const int channels = part_channels(p.bytes, a);
+  const int channels = part_channels(p.bytes, a.channel_bytes, a.least_part_channels, a.channels);
   std::uint64_t per = (p.bytes + channels - 1) / channels;
   per = (per + kSliceGrain - 1) / kSliceGrain * kSliceGrain;
   std::uint64_t off = std::min<std::uint64_t>(per * c, p.bytes);

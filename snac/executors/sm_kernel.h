@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "atom/sm/sm_guard.h"
+#include "core/hd.h"
 #include "snac/call.h"
 #include "snac/op.h"
 #include "snac/window.h"
@@ -36,6 +37,18 @@ struct KernelArgs {
   Part in[kMaxRanks];
   Part out[kMaxRanks];
 };
+
+// The channels a part of `bytes` is cut into: one per `channel_bytes` (all `channels` when 0), at
+// least `least`, at most `channels`. The kernel slices every part by it; the host launches it for
+// the call's largest part, which covers every part. Both ends of a message compute it from the
+// message's size and the collective alone, so ranks whose calls launch different channel counts
+// (Send/Recv rounds, AllToAllV) still cut each message alike.
+PURLIN_HD int part_channels(std::uint64_t bytes, std::uint64_t channel_bytes, int least, int channels) {
+  if (channel_bytes == 0) return channels;
+  std::uint64_t want = (bytes + channel_bytes - 1) / channel_bytes;
+  if (want < static_cast<std::uint64_t>(least)) want = static_cast<std::uint64_t>(least);
+  return want < 1 ? 1 : want > static_cast<std::uint64_t>(channels) ? channels : static_cast<int>(want);
+}
 
 // Launches the kernel of collective `kind` (grid = channels x roles) on `stream`.
 cudaError_t launch_snac(CollKind kind, const KernelArgs& args, cudaStream_t stream);

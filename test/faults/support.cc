@@ -280,13 +280,19 @@ ncclResult_t poll_state(ncclComm_t comm, double timeout_s, double* longest_call_
 int open_fds() { return count_entries("/proc/self/fd"); }
 int threads() { return count_entries("/proc/self/task"); }
 
-std::vector<std::string> shm_files(const std::vector<pid_t>& pids) {
-  std::vector<std::string> out;
+std::set<std::string> shm_names() {
+  std::set<std::string> out;
   DIR* d = ::opendir("/dev/shm");
   if (!d) return out;
-  while (dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    if (name.rfind("purlin-", 0) != 0) continue;
+  while (dirent* e = ::readdir(d)) out.insert(e->d_name);
+  ::closedir(d);
+  return out;
+}
+
+std::vector<std::string> shm_files(const std::vector<pid_t>& pids, const std::set<std::string>& before) {
+  std::vector<std::string> out;
+  for (const std::string& name : shm_names()) {
+    if (name.rfind("purlin-", 0) != 0 || before.count(name) != 0) continue;
     bool ours = pids.empty();
     for (pid_t p : pids) {
       char prefix[64];
@@ -295,7 +301,6 @@ std::vector<std::string> shm_files(const std::vector<pid_t>& pids) {
     }
     if (ours) out.push_back(name);
   }
-  ::closedir(d);
   return out;
 }
 

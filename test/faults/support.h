@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -86,9 +87,13 @@ ncclResult_t poll_state(ncclComm_t comm, double timeout_s, double* longest_call_
 
 int open_fds();
 int threads();
+// The names in /dev/shm now: taken before a trial, so that a file some earlier run left behind (a
+// process killed mid-init) is not charged to the trial, even when a pid of it is reused.
+std::set<std::string> shm_names();
 // Our shared-memory files (/dev/shm/purlin-*) named after one of `pids` (the rank 0 of a
-// communicator names its peers' segments after its pid); every one of ours when `pids` is empty.
-std::vector<std::string> shm_files(const std::vector<pid_t>& pids = {});
+// communicator names its peers' segments after its pid), every one of ours when `pids` is empty,
+// leaving out those in `before`.
+std::vector<std::string> shm_files(const std::vector<pid_t>& pids = {}, const std::set<std::string>& before = {});
 // Bytes of GPU memory in use on the current device (0 on the host datapath).
 std::uint64_t gpu_used(bool gpu);
 // Waits up to `seconds` for the thread count to drop to `target`; returns the last count.

@@ -469,6 +469,7 @@ bool run_trial(const Options& o, const Phase& p, int t, std::mt19937_64& rng) {
   const int delay_ms = static_cast<int>(rng() % 300);
   const std::uint64_t salt = rng();
   const int processes = o.ranks - p.processes_short;
+  const std::set<std::string> shm_before = shm_names();
   std::vector<Rank> ranks(processes);
   for (int r = 0; r < processes; ++r) {
     ranks[r].pid = fork_process([&, r] {
@@ -486,7 +487,7 @@ bool run_trial(const Options& o, const Phase& p, int t, std::mt19937_64& rng) {
     const bool ok = (WIFEXITED(st) && WEXITSTATUS(st) == 0) || (r == p.may_die && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     report.check(ok, "rank " + std::to_string(r) + ": " + describe(st));
   }
-  const auto left = shm_files(pids);
+  const auto left = shm_files(pids, shm_before);
   report.check(left.empty(), "shared-memory files left: " + (left.empty() ? std::string() : left.front()));
   return report.failures() == 0;
 }

@@ -49,11 +49,18 @@ struct Snapshot {
   std::uint64_t gpu;
   long rss_kib;
 
+  // The names in /dev/shm when the process started: a file left by an earlier run whose pid was
+  // this one's is not this process's.
+  static const std::set<std::string>& at_start() {
+    static const std::set<std::string> names = shm_names();
+    return names;
+  }
+
   static Snapshot take(bool gpu, int threads_target) {
     Snapshot s;
     s.threads = threads_target >= 0 ? wait_threads(threads_target, 2) : faults::threads();
     s.fds = open_fds();
-    s.shm = static_cast<int>(shm_files({::getpid()}).size());
+    s.shm = static_cast<int>(shm_files({::getpid()}, at_start()).size());
     s.maps = window_mappings();
     s.gpu = gpu_used(gpu);
     s.rss_kib = resident_kib();
@@ -105,6 +112,7 @@ int main(int argc, char** argv) {
               o.abort_cycles, o.ranks, o.gpu ? "gpu" : "host", static_cast<unsigned long long>(o.seed));
   if (!kRssChecked) std::printf("resident memory not checked: AddressSanitizer's quarantine keeps freed memory\n");
   Report report("churn");
+  Snapshot::at_start();
   const double started = now_s();
   if (!cycle(o, 0, false, report)) return 1;  // the warm-up: what lives for the process starts here
   const Snapshot base = Snapshot::take(o.gpu, -1);

@@ -130,6 +130,7 @@ bool trial(const Options& o, int t, std::mt19937_64& rng, Stats& stats) {
   const std::size_t count = kCounts[rng() % std::size(kCounts)];
   const int victim = static_cast<int>(rng() % o.ranks);
   const int delay_ms = static_cast<int>(rng() % 200);
+  const std::set<std::string> shm_before = shm_names();
   std::vector<Rank> ranks(o.ranks);
   for (int r = 0; r < o.ranks; ++r) ranks[r].pid = fork_process([&, r] { return rank_main(o, id, t, r, count, board); });
 
@@ -167,7 +168,7 @@ bool trial(const Options& o, int t, std::mt19937_64& rng, Stats& stats) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   report.check(gpu_after <= gpu_before + kGpuSlack, "GPU memory in use: " + std::to_string(gpu_after) +
                                                         " B after the trial, " + std::to_string(gpu_before) + " B before");
-  const auto left = shm_files(pids);
+  const auto left = shm_files(pids, shm_before);
   report.check(left.empty(), "shared-memory files left: " + (left.empty() ? std::string() : left.front()));
   std::printf("trial %d: %zu floats, rank %d killed after %d ms (iteration %d): %s\n", t, count, victim, delay_ms,
               board->iterations[victim].load(), report.failures() ? "FAILED" : "ok");

@@ -137,7 +137,7 @@ Status FdMailbox::exchange(int me, int fd, const std::vector<int>& to, const std
         give_back();
         return fail(Status::system_error,
                     fmt::format("cannot send a descriptor to rank {}'s Unix socket: {} (ranks on one host must share "
-                                "a network namespace; PURLIN_CUMEM=0 shares memory by CUDA IPC instead)",
+                                "a network namespace)",
                                 pending[i], std::strerror(e)));
       }
       if (io == Io::done) {

@@ -1,11 +1,9 @@
 #include "snac/communicator.h"
 
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <map>
-#include <random>
 #include <shared_mutex>
 #include <system_error>
 
@@ -63,11 +61,8 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Opti
   // Every rank must be on this host: the host datapath maps its peers' memory.
   struct Hello {
     std::uint64_t host;
-    std::uint64_t nonce;
     std::uint64_t gpu;  // identity of the rank's GPU (0: none)
-    std::int32_t pid;
-  } mine{host_id(), std::random_device{}() * 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(getpid()),
-         gpu_identity(options.device), getpid()};
+  } mine{host_id(), gpu_identity(options.device)};
   std::vector<Hello> all(static_cast<std::size_t>(nranks));
   PURLIN_TRY(comm->bootstrap_->all_gather(&mine, sizeof(Hello), all.data()));
   std::vector<std::uint64_t> hosts(static_cast<std::size_t>(nranks));
@@ -88,7 +83,6 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Opti
 
   ExecutorArgs args;
   args.bootstrap = comm->bootstrap_.get();
-  args.tag = fmt::format("{:x}-{:x}", static_cast<unsigned>(all[0].pid), all[0].nonce);
   args.device = options.device;
   args.timeout_s = config().timeout_s;
   if (options.device >= 0) {

@@ -35,14 +35,13 @@ class Executor {
 
 struct ExecutorArgs {
   Bootstrap* bootstrap = nullptr;  // for exchanging memory handles at creation
-  std::string tag;                 // unique per communicator, names shared resources
   Policy policy;
   int device = -1;
   double timeout_s = 300.0;
   bool one_gpu = false;            // every rank of the communicator runs on this rank's GPU
 };
 
-// The host datapath: ranks on one host share POSIX shared memory; threads stand in for CTAs.
+// The host datapath: ranks on one host share memory (memfd descriptors); threads stand in for CTAs.
 Status make_host_executor(const ExecutorArgs& args, std::unique_ptr<Executor>* out);
 // The SM datapath: windows in device memory shared through CUDA IPC, roles run by CTAs.
 // args.policy.workers is the number of channels (CTAs per role).

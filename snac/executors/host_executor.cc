@@ -1,5 +1,5 @@
-// The host datapath bound to SNAC: windows in POSIX shared memory, the protocol's roles on threads.
-#include <sys/mman.h>
+// The host datapath bound to SNAC: windows in shared memory (memfd, handed over as descriptors), the
+// protocol's roles on threads.
 #include <unistd.h>
 
 #include <atomic>
@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include "atom/host/host_atom.h"
+#include "core/config.h"
+#include "core/fd_passing.h"
 #include "core/log.h"
 #include "core/shm.h"
 #include "snac/dispatch.h"
@@ -72,16 +74,6 @@ class Worker {
 class HostExecutor final : public Executor {
  public:
   Status init(const ExecutorArgs& args) {
-    Status s = map_windows(args);
-    if (failed(s)) {
-      // A peer that failed between creating its segment and the exchange's end would leave its
-      // name in /dev/shm for good: remove every rank's (the names are unique to this communicator).
-      for (int r = 0; r < args.bootstrap->nranks(); ++r) shm_unlink(segment_name(args.tag, r).c_str());
-    }
-    return s;
-  }
-
-  Status map_windows(const ExecutorArgs& args) {
     Bootstrap& boot = *args.bootstrap;
     policy_ = args.policy;
     timeout_s_ = args.timeout_s;
@@ -90,16 +82,8 @@ class HostExecutor final : public Executor {
       return fail(Status::invalid_usage, fmt::format("the host datapath serves at most {} ranks (asked for {})", kMaxRanks, n));
     geo_ = WindowGeometry::make(n, policy_.staging_half, policy_.packets_per_pair);
     segments_.resize(n);
-    PURLIN_TRY(ShmSegment::create(segment_name(args.tag, me), geo_.total, &segments_[me]));
-    PURLIN_TRY(boot.barrier());
-    for (int r = 0; r < n; ++r)
-      if (r != me) PURLIN_TRY(ShmSegment::open(segment_name(args.tag, r), geo_.total, &segments_[r]));
-    PURLIN_TRY(boot.barrier());
-    // Every rank has mapped every segment: leave nothing behind in /dev/shm. Each rank removes
-    // every name, so that one killed right after the exchange leaves no name behind either.
-    segments_[me].unlink();
-    for (int r = 0; r < n; ++r)
-      if (r != me) shm_unlink(segment_name(args.tag, r).c_str());
+    PURLIN_TRY(ShmSegment::create(geo_.total, &segments_[me]));
+    PURLIN_TRY(exchange_windows(boot));
     windows_.resize(n);
     for (int r = 0; r < n; ++r) windows_[r] = Window::at(segments_[r].data(), geo_);
     state_ = std::make_unique<LocalState>();
@@ -117,6 +101,37 @@ class HostExecutor final : public Executor {
     log::info(log::kInit | log::kShm, "host datapath: rank {}/{} window {} B in shared memory, policy {}", me, n,
               geo_.total, policy_.name);
     return Status::ok;
+  }
+
+  // Every rank hands its window's descriptor to every other and maps theirs. Ranks that are
+  // threads of one process go the same way: each holds a mailbox of its own.
+  Status exchange_windows(Bootstrap& boot) {
+    const int n = boot.nranks(), me = boot.rank();
+    std::unique_ptr<FdMailbox> box;
+    Status s = FdMailbox::open(&box);
+    // Every rank takes part in the all-gather, so that one that failed to open its mailbox ends
+    // the others' exchange at once (an empty address) instead of by timeout.
+    FdAddress mine{};
+    if (s == Status::ok) mine = box->address();
+    std::vector<FdAddress> boxes(static_cast<std::size_t>(n));
+    PURLIN_TRY(boot.all_gather(&mine, sizeof(FdAddress), boxes.data()));
+    PURLIN_TRY(s);
+    std::vector<int> others;
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      if (boxes[r].name[1] == '\0')
+        return fail(Status::remote_error, fmt::format("rank {} could not open its descriptor mailbox", r));
+      others.push_back(r);
+    }
+    std::vector<ReceivedFd> got;
+    s = box->exchange(me, segments_[me].fd(), others, others, boxes, config().bootstrap_timeout_s,
+                      [&boot] { return boot.stopped(); }, &got);
+    for (const ReceivedFd& g : got) {
+      if (s == Status::ok) s = ShmSegment::map(g.fd, geo_.total, &segments_[g.from]);
+      ::close(g.fd);
+    }
+    segments_[me].close_fd();
+    return s;
   }
 
   Status execute(const Op& op, void*) override {
@@ -146,8 +161,6 @@ class HostExecutor final : public Executor {
   }
 
  private:
-  static std::string segment_name(const std::string& tag, int rank) { return fmt::format("/purlin-{}-{}", tag, rank); }
-
   template <class D>
   Status run(const Call& call, const char* name) {
     std::atomic<bool> failed{false};

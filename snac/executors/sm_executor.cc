@@ -102,6 +102,10 @@ class SmExecutor final : public Executor {
       Status s = mailbox_->exchange(me, fd, others, others, boxes, config().bootstrap_timeout_s,
                                     [&boot] { return boot.stopped(); }, &got);
       ::close(fd);
+      if (s != Status::ok) {
+        log::warn("PURLIN_CUMEM=0 shares the GPU windows by CUDA IPC instead of descriptors");
+        s = adopt_error(s, last_error() + "; PURLIN_CUMEM=0 shares GPU memory by CUDA IPC instead");
+      }
       for (const ReceivedFd& g : got) {
         cuda::VmmMapping m;
         if (s == Status::ok) s = cuda::vmm_import_fd(g.fd, all[g.from].bytes, device_, &m);

@@ -90,9 +90,9 @@ int threads();
 // The names in /dev/shm now: taken before a trial, so that a file some earlier run left behind (a
 // process killed mid-init) is not charged to the trial, even when a pid of it is reused.
 std::set<std::string> shm_names();
-// Our shared-memory files (/dev/shm/purlin-*) named after one of `pids` (the rank 0 of a
-// communicator names its peers' segments after its pid), every one of ours when `pids` is empty,
-// leaving out those in `before`.
+// Shared-memory files (/dev/shm/purlin-*) named after one of `pids`, every one when `pids` is
+// empty, leaving out those in `before`. The host windows are memfd files and have no name: any such
+// file is a leak (earlier versions named a communicator's segments after its rank 0's pid).
 std::vector<std::string> shm_files(const std::vector<pid_t>& pids = {}, const std::set<std::string>& before = {});
 // Bytes of GPU memory in use on the current device (0 on the host datapath).
 std::uint64_t gpu_used(bool gpu);

@@ -8,6 +8,8 @@
 //               blocking init that runs into PURLIN_BOOTSTRAP_TIMEOUT
 //   init-death  a rank is killed at a random moment of its init: the others fail (in the
 //               rendezvous only at PURLIN_BOOTSTRAP_TIMEOUT), nothing is left (20 trials at most)
+//   init-kill   every rank is killed at about the same random moment of its init or first calls:
+//               nothing is left in /dev/shm (host datapath only)
 //   split       one rank never splits: its peers' split ends by a second thread's abort of the
 //               parent, or by that rank's own abort (the connection's loss)
 //   collective  one rank never joins an AllReduce: a second thread aborts while the first waits in
@@ -49,6 +51,7 @@ constexpr double kBootstrapTimeoutS = 10;  // PURLIN_BOOTSTRAP_TIMEOUT for this 
 // A second thread acts at least this long after the first began its call, so that the call is
 // inside its wait (an abort that comes first is a use of a destroyed communicator instead).
 constexpr int kInsideMs = 50;
+constexpr int kEveryRank = -2;  // Phase::may_die: every rank may end by SIGKILL
 
 // What a rank gets: its rank, the ids made by the parent, a delay drawn for this trial, and a
 // report that names the phase, trial and rank.
@@ -385,6 +388,23 @@ int phase_revoke(Env& e) {
   return e.report.exit_code();
 }
 
+// Every rank kills itself (SIGKILL) at one random moment of the first 20 ms (each within 0.2 ms
+// of it), most often inside the init: no rank lives on to clean up after the others, and nothing
+// may be left in /dev/shm.
+int phase_init_kill(Env& e) {
+  cudaStream_t stream = make_stream(e.o.gpu);
+  const int after_us = static_cast<int>(e.salt % 20000 + (e.salt >> (16 + 4 * e.rank)) % 200);
+  std::thread([after_us] {
+    std::this_thread::sleep_for(std::chrono::microseconds(after_us));
+    ::raise(SIGKILL);
+  }).detach();
+  ncclComm_t comm = nullptr;
+  ncclResult_t r = ncclCommInitRank(&comm, e.nranks, e.ids[0], e.rank);
+  while (r == ncclSuccess)
+    r = checked_allreduce(e.o.gpu, comm, stream, e.rank, e.nranks, 1000, e.salt, e.report, "AllReduce", false);
+  for (;;) sleep_ms(1000);  // a peer's death ended the calls: this rank's own kill is due
+}
+
 // The last rank dies (SIGKILL) mid-loop, or hangs; the survivors shrink it away with abort.
 int phase_shrink(Env& e, bool dies) {
   cudaStream_t stream = make_stream(e.o.gpu);
@@ -457,7 +477,7 @@ struct Phase {
   std::string name;
   int processes_short = 0;  // processes not started (a rank that never arrives)
   int ids = 1;
-  int may_die = -1;         // a rank that may end by SIGKILL
+  int may_die = -1;         // a rank that may end by SIGKILL (kEveryRank: each of them)
   std::function<int(Env&, int trial)> body;
 };
 
@@ -484,7 +504,8 @@ bool run_trial(const Options& o, const Phase& p, int t, std::mt19937_64& rng) {
   for (int r = 0; r < processes; ++r) {
     pids.push_back(ranks[r].pid);
     const int st = ranks[r].status;
-    const bool ok = (WIFEXITED(st) && WEXITSTATUS(st) == 0) || (r == p.may_die && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    const bool may_die = r == p.may_die || p.may_die == kEveryRank;
+    const bool ok = (WIFEXITED(st) && WEXITSTATUS(st) == 0) || (may_die && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     report.check(ok, "rank " + std::to_string(r) + ": " + describe(st));
   }
   const auto left = shm_files(pids, shm_before);
@@ -529,6 +550,10 @@ int main(int argc, char** argv) {
   for (const Phase& p : phases) run(p, o.trials);
   // A kill inside the rendezvous costs the survivors PURLIN_BOOTSTRAP_TIMEOUT: at most 20 trials.
   run({"init-death", 0, 1, o.ranks - 1, [](Env& e, int) { return phase_init_death(e); }}, std::min(o.trials, 20));
+  // The host datapath's windows are what could be left in /dev/shm; the GPU's are cuMem or CUDA IPC
+  // memory, and killing every client of an MPS server at once is not a test of this library.
+  if (!o.gpu) run({"init-kill", 0, 1, kEveryRank, [](Env& e, int) { return phase_init_kill(e); }}, o.trials);
+  else if (selected(o, "init-kill")) std::printf("%-16s skipped: host datapath only\n", "init-kill");
   // A rank that dies on every trial (SIGKILL) and one that hangs, alternately.
   run({"shrink", 0, 1, o.ranks - 1, [](Env& e, int t) { return phase_shrink(e, t % 2 == 0); }}, o.trials);
   // One blocking init against the bootstrap timeout per run: it takes kBootstrapTimeoutS.

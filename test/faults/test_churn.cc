@@ -24,13 +24,13 @@
 namespace faults {
 namespace {
 
-// Mappings of our shared-memory windows (they stay mapped after their names are unlinked).
+// Mappings of our host windows (memfd files: "/memfd:purlin-window (deleted)" in the maps).
 int window_mappings() {
   std::FILE* f = std::fopen("/proc/self/maps", "r");
   if (!f) return -1;
   int n = 0;
   char line[1024];
-  while (std::fgets(line, sizeof line, f)) n += std::strstr(line, "/dev/shm/purlin-") != nullptr;
+  while (std::fgets(line, sizeof line, f)) n += std::strstr(line, "/memfd:purlin-window") != nullptr;
   std::fclose(f);
   return n;
 }

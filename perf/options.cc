@@ -2,6 +2,7 @@
 
 #include <getopt.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -65,11 +66,17 @@ std::vector<const Collective*> parse_collectives(std::string_view text) {
     for (const auto& c : all_collectives()) list.push_back(&c);
     return list;
   }
-  const Collective* c = find_collective(text);
-  if (c == nullptr) {
-    throw UsageError("--collective: unknown collective '" + std::string(text) + "'");
+  // A comma-separated list, run in the order given.
+  for (std::size_t at = 0; at <= text.size();) {
+    std::size_t end = text.find(',', at);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view name = text.substr(at, end - at);
+    const Collective* c = find_collective(name);
+    if (c == nullptr) throw UsageError("--collective: unknown collective '" + std::string(name) + "'");
+    if (std::find(list.begin(), list.end(), c) == list.end()) list.push_back(c);
+    at = end + 1;
   }
-  return {c};
+  return list;
 }
 
 DatapathChoice parse_datapath(std::string_view text) {
@@ -106,7 +113,8 @@ const char* usage_text() {
       "  -o, --op OP               sum prod max min avg premulsum, or all; default sum\n"
       "  -r, --root N              root rank of broadcast, reduce, gather, scatter; default 0\n"
       "      --collective NAME     all_reduce all_gather reduce_scatter alltoall broadcast\n"
-      "                            reduce gather scatter sendrecv, or all; default all_reduce\n"
+      "                            reduce gather scatter sendrecv, a comma-separated list of\n"
+      "                            them, or all; default all_reduce\n"
       "      --json FILE           also write every row to FILE as JSON\n"
       "      --ranks N             fork N ranks on this machine\n"
       "      --id-file PATH        under mpirun or torchrun: the file through which rank 0\n"

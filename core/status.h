@@ -31,6 +31,8 @@ Status fail(Status code, const std::string& message);
 // Records a failure that another thread already logged (with fail) as this thread's last error.
 Status adopt_error(Status code, const std::string& message);
 const std::string& last_error();
+// The last failure recorded by any thread of the process.
+std::string last_error_of_process();
 void clear_last_error();
 
 }  // namespace purlin

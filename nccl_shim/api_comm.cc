@@ -17,6 +17,7 @@
 #include "nccl_shim/argcheck.h"
 #include "nccl_shim/comm_work.h"
 #include "nccl_shim/fallback.h"
+#include "nccl_shim/group.h"
 #include "nccl_shim/shim.h"
 
 namespace purlin::shim {
@@ -100,6 +101,18 @@ ncclResult_t start_comm(const char* fn, ncclComm_t* out, int nranks, const purli
   comm->device = device;
   comm->blocking = settings.blocking;
   register_comm(comm);
+  if (comm->blocking && group_depth() > 0) {
+    // As NCCL: inside a group the rendezvous runs at the outermost ncclGroupEnd, so that one thread
+    // may create the communicators of several ranks; until then the comm answers in progress.
+    comm->async_error.store(ncclInProgress, std::memory_order_release);
+    defer([comm, id, rank, nranks] {
+      const ncclResult_t r = init_work(comm, id, rank, nranks);
+      comm->async_error.store(r, std::memory_order_release);
+      return r;
+    });
+    *out = comm;
+    return ncclSuccess;
+  }
   ncclResult_t r = run_work(comm, [comm, id, rank, nranks] { return init_work(comm, id, rank, nranks); },
                             Settle::every_error);
   if (r != ncclSuccess && r != ncclInProgress) {
@@ -199,6 +212,12 @@ ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* con
     }
     return r;
   };
+  if (parent->blocking && group_depth() > 0) {
+    // As an init inside a group: the child is made at the outermost ncclGroupEnd.
+    *newcomm = child;
+    defer(std::move(work));
+    return ncclSuccess;
+  }
   if (parent->blocking) {
     ncclResult_t r = work();
     if (r != ncclSuccess) {

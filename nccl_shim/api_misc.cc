@@ -48,8 +48,9 @@ NCCL_API(const char*, ncclGetErrorString, ncclResult_t result) {
 }
 
 NCCL_API(const char*, ncclGetLastError, ncclComm_t comm) {
-  // Per thread, as NCCL: the message of the last failure on this thread. The comm's own copy serves
-  // a thread that did not see the failure itself.
+  // The comm's last failure when a comm is given; else this thread's last failure, or, on a thread
+  // that saw none, the process's last one (NCCL keeps one buffer for the process: a watchdog thread
+  // that asks why another thread's call failed gets the message).
   thread_local std::string copy;
   if (comm && is_live(comm)) {
     {
@@ -66,7 +67,7 @@ NCCL_API(const char*, ncclGetLastError, ncclComm_t comm) {
       return copy.c_str();
     }
   }
-  copy = last_error();
+  copy = last_error().empty() ? last_error_of_process() : last_error();
   return copy.c_str();
 }
 
@@ -121,12 +122,14 @@ NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
 NCCL_API(ncclResult_t, ncclGroupStart) { return group_start(); }
 NCCL_API(ncclResult_t, ncclGroupEnd) { return group_end(); }
 
+// As NCCL: without a simInfo the group simply ends; with one not set up, the group is closed and
+// its calls dropped.
 NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
-  if (simInfo == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclGroupSimulateEnd: simInfo is NULL");
-  if (simInfo->magic != 0x74685283 || simInfo->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float))
-    return fail(nullptr, ncclInvalidArgument, "ncclGroupSimulateEnd: simInfo not set up with NCCL_SIM_INFO_INITIALIZER");
+  if (simInfo == nullptr) return group_end();
+  const bool valid =
+      simInfo->magic == 0x74685283 && simInfo->size >= offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float);
   float us = 0;
-  if (ncclResult_t r = group_simulate_end(&us); r != ncclSuccess) return r;
+  if (ncclResult_t r = group_simulate_end(valid ? &us : nullptr); r != ncclSuccess) return r;
   simInfo->estimatedTime = us;
   return ncclSuccess;
 }

@@ -8,6 +8,7 @@
 
 #include "core/cuda_probe.h"
 #include "nccl_shim/comm_work.h"
+#include "nccl_shim/group.h"
 
 namespace purlin::shim {
 
@@ -32,7 +33,9 @@ ncclResult_t check_comm(const char* fn, ncclComm_t comm) {
   return ncclSuccess;
 }
 
-ncclResult_t check_coll(const CollCheck& c, DataType* type, ReduceOp* op) {
+namespace {
+
+ncclResult_t check_coll_args(const CollCheck& c, DataType* type, ReduceOp* op) {
   if (ncclResult_t r = check_comm(c.fn, c.comm); r != ncclSuccess) return r;
   ncclComm* comm = c.comm;
   if (static_cast<int>(c.type) < 0 || static_cast<int>(c.type) >= ncclNumTypes)
@@ -85,6 +88,12 @@ ncclResult_t check_coll(const CollCheck& c, DataType* type, ReduceOp* op) {
     }
   }
   return ncclSuccess;
+}
+
+}  // namespace
+
+ncclResult_t check_coll(const CollCheck& c, DataType* type, ReduceOp* op) {
+  return group_failed(check_coll_args(c, type, op));
 }
 
 }  // namespace purlin::shim

@@ -32,7 +32,8 @@ struct CollCheck {
   std::size_t recv_factor = 1;
 };
 
-// On success fills the element type and the reduction the datapath will apply.
+// On success fills the element type and the reduction the datapath will apply. Inside a group a
+// failure also fails the group (group_failed).
 ncclResult_t check_coll(const CollCheck& c, DataType* type, ReduceOp* op);
 
 }  // namespace purlin::shim

@@ -1,7 +1,10 @@
 #include "nccl_shim/group.h"
 
 #include <algorithm>
+#include <functional>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -25,6 +28,8 @@ struct Batch {
 struct GroupState {
   int depth = 0;
   std::vector<Batch> batches;  // one per communicator, in order of first use
+  std::vector<std::function<ncclResult_t()>> deferred;  // blocking inits, splits and shrinks
+  ncclResult_t error = ncclSuccess;  // the first call of the group that failed its checks
 };
 
 thread_local GroupState tls_group;
@@ -57,10 +62,44 @@ ncclResult_t run_batch(const Batch& b) {
   return ncclSuccess;
 }
 
+// Runs every deferred init, split and shrink at once, each on a thread of its own: each waits in
+// its rendezvous for peers that may be further work of this very group. A failure's message
+// becomes this thread's last error.
+ncclResult_t run_deferred(std::vector<std::function<ncclResult_t()>> work) {
+  if (work.empty()) return ncclSuccess;
+  std::vector<ncclResult_t> results(work.size(), ncclSuccess);
+  std::vector<std::string> why(work.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < work.size(); ++i)
+    threads.emplace_back([&, i] {
+      results[i] = work[i]();
+      if (results[i] != ncclSuccess) why[i] = last_error();
+    });
+  for (auto& t : threads) t.join();
+  for (std::size_t i = 0; i < work.size(); ++i)
+    if (results[i] != ncclSuccess) {
+      adopt_error(static_cast<Status>(results[i]), why[i]);
+      return results[i];
+    }
+  return ncclSuccess;
+}
+
 ncclResult_t flush() {
   std::vector<Batch> batches = std::move(tls_group.batches);
   tls_group.batches.clear();
-  ncclResult_t result = ncclSuccess;
+  std::vector<std::function<ncclResult_t()>> deferred = std::move(tls_group.deferred);
+  tls_group.deferred.clear();
+  const ncclResult_t error = std::exchange(tls_group.error, ncclSuccess);
+  // The communicators being created run in any case: their peers wait for them.
+  ncclResult_t result = run_deferred(std::move(deferred));
+  if (error != ncclSuccess) {
+    // As NCCL: a call that failed its checks fails the group, and none of its calls run.
+    std::size_t calls = 0;
+    for (const Batch& b : batches) calls += b.ops.size() + b.p2p.size();
+    return fail(nullptr, error,
+                fmt::format("ncclGroupEnd: a call of the group failed its checks ({}); the group's other {} "
+                            "calls are dropped", ncclGetErrorString(error), calls));
+  }
   auto note = [&result](ncclResult_t r) {
     if (result == ncclSuccess || (result == ncclInProgress && r != ncclSuccess)) result = r;
   };
@@ -110,6 +149,18 @@ ncclResult_t group_simulate_end(float* us) {
   if (tls_group.depth == 0)
     return fail(nullptr, ncclInvalidUsage, "ncclGroupSimulateEnd: not inside a group (ncclGroupStart missing)");
   if (--tls_group.depth > 0) return ncclSuccess;
+  if (us == nullptr) return discard_group("ncclGroupSimulateEnd: simInfo not set up with NCCL_SIM_INFO_INITIALIZER");
+  // Communicators being created are created: the simulation is of the calls only.
+  if (ncclResult_t r = run_deferred(std::exchange(tls_group.deferred, {})); r != ncclSuccess) {
+    tls_group.batches.clear();
+    tls_group.error = ncclSuccess;
+    return r;
+  }
+  if (ncclResult_t e = std::exchange(tls_group.error, ncclSuccess); e != ncclSuccess) {
+    tls_group.batches.clear();
+    return fail(nullptr, e, fmt::format("ncclGroupSimulateEnd: a call of the group failed its checks ({})",
+                                        ncclGetErrorString(e)));
+  }
   std::vector<Batch> batches = std::move(tls_group.batches);
   tls_group.batches.clear();
   // Communicators of a group run at the same time: the estimate is the slowest one's.
@@ -119,10 +170,27 @@ ncclResult_t group_simulate_end(float* us) {
   return ncclSuccess;
 }
 
+ncclResult_t discard_group(const std::string& why) {
+  std::size_t calls = 0;
+  for (const Batch& b : tls_group.batches) calls += b.ops.size() + b.p2p.size();
+  tls_group.batches.clear();
+  tls_group.error = ncclSuccess;
+  // Creations of communicators still run: their peers wait for them.
+  run_deferred(std::exchange(tls_group.deferred, {}));
+  return fail(nullptr, ncclInvalidArgument, fmt::format("{}; the group's {} calls are dropped", why, calls));
+}
+
+void defer(std::function<ncclResult_t()> work) { tls_group.deferred.push_back(std::move(work)); }
+
+ncclResult_t group_failed(ncclResult_t r) {
+  if (r != ncclSuccess && tls_group.depth > 0 && tls_group.error == ncclSuccess) tls_group.error = r;
+  return r;
+}
+
 ncclResult_t enqueue(ncclComm* comm, snac::Op op, cudaStream_t stream) {
   {
     InUse use(comm);
-    if (!use) return check_comm("ncclGroupEnd", comm);  // destroyed by another thread meanwhile
+    if (!use) return group_failed(check_comm("ncclGroupEnd", comm));  // destroyed by another thread meanwhile
     batch_for(comm, stream).ops.push_back(std::move(op));
   }
   return tls_group.depth == 0 ? flush() : ncclSuccess;
@@ -131,7 +199,7 @@ ncclResult_t enqueue(ncclComm* comm, snac::Op op, cudaStream_t stream) {
 ncclResult_t enqueue_p2p(ncclComm* comm, const snac::PeerOp& p, cudaStream_t stream) {
   {
     InUse use(comm);
-    if (!use) return check_comm("ncclGroupEnd", comm);
+    if (!use) return group_failed(check_comm("ncclGroupEnd", comm));
     batch_for(comm, stream).p2p.push_back(p);
   }
   return tls_group.depth == 0 ? flush() : ncclSuccess;

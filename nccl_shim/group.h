@@ -5,6 +5,9 @@
 
 #include <nccl.h>
 
+#include <functional>
+#include <string>
+
 #include "nccl_shim/shim.h"
 #include "snac/communicator.h"
 #include "snac/op.h"
@@ -14,9 +17,21 @@ namespace purlin::shim {
 ncclResult_t group_start();
 ncclResult_t group_end();
 int group_depth();
-// Closes the group like group_end but runs nothing: estimates the group's time in microseconds from
-// the executors' cost model instead.
+// Closes the group like group_end but runs no call: estimates the group's time in microseconds from
+// the executors' cost model instead. With `us` null (a simInfo not set up) the group's calls are
+// dropped and the answer is ncclInvalidArgument.
 ncclResult_t group_simulate_end(float* us);
+// Closes a group without running its calls (communicators being created are still created).
+ncclResult_t discard_group(const std::string& why);
+
+// Work that waits for peers (a blocking init, split or shrink) called inside a group: it runs at
+// the outermost ncclGroupEnd, all of the group's at once, each on a thread of its own, as in NCCL
+// (one thread may create the communicators of several ranks in one group). The work settles the
+// state of the communicator it creates.
+void defer(std::function<ncclResult_t()> work);
+// A call made inside a group that failed its checks: the group ends with the first such error
+// and runs none of its calls, as NCCL's does. Returns `r`.
+ncclResult_t group_failed(ncclResult_t r);
 
 // Queue a collective or a Send/Recv on `comm` (runs now when no group is open).
 ncclResult_t enqueue(ncclComm* comm, snac::Op op, cudaStream_t stream);

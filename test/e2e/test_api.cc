@@ -1,7 +1,9 @@
 // The API around the collectives:
 //   in one process: ncclGetVersion, ncclGetErrorString, ncclGetUniqueId, ncclCommInitAll over 4
 //   ranks (no device list: the host datapath has no devices) with grouped collectives over the 4
-//   communicators from one thread;
+//   communicators from one thread; the 4 ranks' ncclCommInitRank, then their ncclCommSplit, inside
+//   one group from one thread; a group with a call that fails its checks (the group fails, nothing
+//   runs); ncclGroupSimulateEnd(NULL); ncclGetLastError(NULL) on a thread that saw no failure;
 //   ranks as processes: ncclCommCount/UserRank, ncclCommGetAsyncError, argument errors
 //   (ncclInvalidArgument, no effect, the communicator still usable, ncclGetLastError set), count 0,
 //   ncclCommFinalize + ncclCommDestroy, ncclCommAbort.
@@ -14,6 +16,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "buffers.h"
@@ -59,25 +62,11 @@ void unique_ids(Reporter& report) {
   report.expect(ncclGetUniqueId(nullptr), "ncclGetUniqueId(nullptr)", nullptr, ncclInvalidArgument);
 }
 
-// ncclCommInitAll(comms, 4, nullptr), then grouped collectives over the 4 communicators from this
-// one thread.
-void init_all(Reporter& report, Slab& slab) {
-  constexpr int n = 4;
-  ncclComm_t comms[n] = {};
-  if (!report.expect(ncclCommInitAll(comms, n, nullptr), "ncclCommInitAll")) return;
-  bool shaped = true;
-  for (int i = 0; i < n; ++i) {
-    int count = -1, rank = -1;
-    report.expect(ncclCommCount(comms[i], &count), "ncclCommCount", comms[i]);
-    report.expect(ncclCommUserRank(comms[i], &rank), "ncclCommUserRank", comms[i]);
-    if (count != n || rank != i) {
-      report.fail("communicator " + std::to_string(i) + " is rank " + std::to_string(rank) + " of " +
-                  std::to_string(count));
-      shaped = false;
-    }
-  }
+// Collectives over the n communicators `comms` (ranks 0..n-1 of one communicator, all in this
+// process) issued from this one thread in groups, every result checked.
+void grouped_calls(Reporter& report, Slab& slab, const ncclComm_t* comms, int n, const std::string& what) {
   auto grouped = [&]<class T>(ncclDataType_t dt, Coll coll, std::size_t count, Op op, int root, bool in_place) {
-    const std::string label = std::string("grouped ") + info(coll).name + "/" + type_name(dt) + "/count=" +
+    const std::string label = what + " grouped " + info(coll).name + "/" + type_name(dt) + "/count=" +
                               std::to_string(count);
     const Content<T> content{Inputs{hash_string(label), false}, n, op, T::scalar(0)};
     slab.reset();
@@ -92,16 +81,116 @@ void init_all(Reporter& report, Slab& slab) {
     if (!report.expect(ncclGroupEnd(), "ncclGroupEnd after " + label)) return;
     for (int i = 0; i < n; ++i) calls[i].check(report, label + " rank " + std::to_string(i));
   };
-  if (shaped) {
-    for (std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{65537}}) {
-      grouped.operator()<Float32Type>(ncclFloat32, Coll::AllReduce, count, Op::sum, 0, false);
-      grouped.operator()<Half>(ncclFloat16, Coll::AllReduce, count, Op::sum, 0, true);
-      grouped.operator()<Int64>(ncclInt64, Coll::AllReduce, count, Op::max, 0, false);
-      grouped.operator()<Bf16>(ncclBfloat16, Coll::AllGather, count, Op::sum, 0, false);
-      grouped.operator()<Uint8>(ncclUint8, Coll::Broadcast, count, Op::sum, 2, false);
+  for (std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{65537}}) {
+    grouped.operator()<Float32Type>(ncclFloat32, Coll::AllReduce, count, Op::sum, 0, false);
+    grouped.operator()<Half>(ncclFloat16, Coll::AllReduce, count, Op::sum, 0, true);
+    grouped.operator()<Int64>(ncclInt64, Coll::AllReduce, count, Op::max, 0, false);
+    grouped.operator()<Bf16>(ncclBfloat16, Coll::AllGather, count, Op::sum, 0, false);
+    grouped.operator()<Uint8>(ncclUint8, Coll::Broadcast, count, Op::sum, n - 1, false);
+  }
+}
+
+// Whether comms[i] is rank i of n.
+bool shaped(Reporter& report, const ncclComm_t* comms, int n, const std::string& what) {
+  bool ok = true;
+  for (int i = 0; i < n; ++i) {
+    int count = -1, rank = -1;
+    report.expect(ncclCommCount(comms[i], &count), what + " ncclCommCount", comms[i]);
+    report.expect(ncclCommUserRank(comms[i], &rank), what + " ncclCommUserRank", comms[i]);
+    if (count != n || rank != i) {
+      report.fail(what + ": communicator " + std::to_string(i) + " is rank " + std::to_string(rank) + " of " +
+                  std::to_string(count));
+      ok = false;
     }
   }
+  return ok;
+}
+
+// ncclCommInitAll(comms, 4, nullptr), then grouped collectives over the 4 communicators from this
+// one thread.
+void init_all(Reporter& report, Slab& slab) {
+  constexpr int n = 4;
+  ncclComm_t comms[n] = {};
+  if (!report.expect(ncclCommInitAll(comms, n, nullptr), "ncclCommInitAll")) return;
+  if (shaped(report, comms, n, "ncclCommInitAll")) grouped_calls(report, slab, comms, n, "InitAll");
   for (int i = 0; i < n; ++i) report.expect(ncclCommDestroy(comms[i]), "ncclCommDestroy");
+}
+
+// One thread creates all 4 ranks with ncclCommInitRank inside one group (as nccl-tests does with
+// several GPUs per process): the rendezvous runs at ncclGroupEnd; before it the communicators answer
+// in progress.
+void init_in_group(Reporter& report, Slab& slab) {
+  constexpr int n = 4;
+  ncclUniqueId id;
+  if (!report.expect(ncclGetUniqueId(&id), "ncclGetUniqueId")) return;
+  ncclComm_t comms[n] = {};
+  report.expect(ncclGroupStart(), "ncclGroupStart");
+  for (int i = 0; i < n; ++i) report.expect(ncclCommInitRank(&comms[i], n, id, i), "ncclCommInitRank in a group");
+  ncclResult_t state = ncclSuccess;
+  if (comms[0]) {
+    report.expect(ncclCommGetAsyncError(comms[0], &state), "ncclCommGetAsyncError before ncclGroupEnd");
+    if (state != ncclInProgress)
+      report.fail(std::string("before ncclGroupEnd the communicator's state is ") + ncclGetErrorString(state));
+  }
+  if (!report.expect(ncclGroupEnd(), "ncclGroupEnd after the inits")) return;
+  for (int i = 0; i < n; ++i) {
+    report.expect(ncclCommGetAsyncError(comms[i], &state), "ncclCommGetAsyncError after ncclGroupEnd", comms[i]);
+    if (state != ncclSuccess) report.fail(std::string("after ncclGroupEnd the state is ") + ncclGetErrorString(state));
+  }
+  if (shaped(report, comms, n, "init in a group")) grouped_calls(report, slab, comms, n, "InitRank in a group");
+
+  // Split inside a group from this one thread: colours 0,1,0,1 make two communicators of 2 ranks.
+  ncclComm_t halves[n] = {};
+  report.expect(ncclGroupStart(), "ncclGroupStart");
+  for (int i = 0; i < n; ++i)
+    report.expect(ncclCommSplit(comms[i], i % 2, i, &halves[i], nullptr), "ncclCommSplit in a group", comms[i]);
+  if (report.expect(ncclGroupEnd(), "ncclGroupEnd after the splits")) {
+    for (int colour = 0; colour < 2; ++colour) {
+      const ncclComm_t pair[2] = {halves[colour], halves[colour + 2]};
+      const std::string what = "split colour " + std::to_string(colour);
+      if (shaped(report, pair, 2, what)) grouped_calls(report, slab, pair, 2, what);
+    }
+  }
+  for (int i = 0; i < n; ++i)
+    if (halves[i]) report.expect(ncclCommDestroy(halves[i]), "ncclCommDestroy of a split communicator");
+  for (int i = 0; i < n; ++i) report.expect(ncclCommDestroy(comms[i]), "ncclCommDestroy");
+}
+
+// A call inside a group that fails its checks fails the whole group, and none of its calls run:
+// the communicators stay usable and in step.
+void group_error(Reporter& report, Slab& slab) {
+  constexpr int n = 4;
+  ncclComm_t comms[n] = {};
+  if (!report.expect(ncclCommInitAll(comms, n, nullptr), "ncclCommInitAll")) return;
+  slab.reset();
+  const std::size_t count = 1000;
+  float* buf = reinterpret_cast<float*>(slab.take(count * sizeof(float) * 2, 0));
+  report.expect(ncclGroupStart(), "ncclGroupStart");
+  for (int i = 0; i < n; ++i)
+    report.expect(ncclAllReduce(buf, buf + count, count, ncclFloat32, ncclSum, comms[i], kNoStream), "ncclAllReduce");
+  report.expect(ncclBroadcast(buf, buf, count, ncclFloat32, n + 5, comms[0], kNoStream), "ncclBroadcast, root out of range",
+                comms[0], ncclInvalidArgument);
+  report.expect(ncclGroupEnd(), "ncclGroupEnd of a group with a bad call", nullptr, ncclInvalidArgument);
+  const std::string why = ncclGetLastError(nullptr);
+  if (why.find("dropped") == std::string::npos) report.fail("ncclGetLastError after the failed group: \"" + why + "\"");
+  if (shaped(report, comms, n, "after a failed group")) grouped_calls(report, slab, comms, n, "after a failed group");
+
+  // ncclGroupSimulateEnd without a simInfo ends the group as ncclGroupEnd does.
+  report.expect(ncclGroupStart(), "ncclGroupStart");
+  report.expect(ncclGroupSimulateEnd(nullptr), "ncclGroupSimulateEnd(NULL)");
+  report.expect(ncclGroupEnd(), "ncclGroupEnd after ncclGroupSimulateEnd(NULL)", nullptr, ncclInvalidUsage);
+  for (int i = 0; i < n; ++i) report.expect(ncclCommDestroy(comms[i]), "ncclCommDestroy");
+}
+
+// A thread that saw no failure asks ncclGetLastError(NULL) why another thread's call failed.
+void last_error_across_threads(Reporter& report) {
+  ncclResult_t r = ncclSuccess;
+  std::thread([&] { r = ncclAllReduce(nullptr, nullptr, 1, ncclFloat32, ncclSum, nullptr, kNoStream); }).join();
+  if (r != ncclInvalidArgument) report.fail(std::string("ncclAllReduce on a NULL comm returned ") + ncclGetErrorString(r));
+  std::string seen;
+  std::thread([&] { seen = ncclGetLastError(nullptr); }).join();
+  if (seen.find("comm is NULL") == std::string::npos)
+    report.fail("ncclGetLastError(NULL) on another thread: \"" + seen + "\"");
 }
 
 void one_process(RankEnv& env) {
@@ -110,6 +199,9 @@ void one_process(RankEnv& env) {
   run_case(env.report, "Api/error_strings", [&] { error_strings(env.report); });
   run_case(env.report, "Api/unique_id", [&] { unique_ids(env.report); });
   run_case(env.report, "Api/init_all", [&] { init_all(env.report, slab); });
+  run_case(env.report, "Api/init_in_group", [&] { init_in_group(env.report, slab); });
+  run_case(env.report, "Api/group_error", [&] { group_error(env.report, slab); });
+  run_case(env.report, "Api/last_error_across_threads", [&] { last_error_across_threads(env.report); });
 }
 
 // ---- Ranks as processes -----------------------------------------------------------------------------

@@ -453,19 +453,22 @@ struct Peer {
   std::deque<OutFrame> out;
 };
 
+// The secret of every id made from NCCL_COMM_ID: the same in every process.
+std::uint64_t comm_id_secret(const std::string& comm_id) { return fnv1a("NCCL_COMM_ID=" + comm_id); }
+
 }  // namespace
 
-Status make_unique_id(UniqueId* out) {
+Status make_unique_id(UniqueId* out, IdFor whose) {
   if (!out) return fail(Status::invalid_argument, "make_unique_id: null output");
   UniqueId id{};
   id.magic = kUniqueIdMagic;
   Address root;
   const std::string& comm_id = config().comm_id;
-  if (!comm_id.empty()) {
+  if (!comm_id.empty() && whose == IdFor::caller) {
     PURLIN_TRY(net::parse_address(comm_id, &root));
     if (root.is_any()) return fail(Status::invalid_argument, fmt::format("NCCL_COMM_ID={}: wildcard address", comm_id));
     // Every process that makes an id from NCCL_COMM_ID must get the same id.
-    id.secret = fnv1a("NCCL_COMM_ID=" + comm_id);
+    id.secret = comm_id_secret(comm_id);
     log::info(kLog, "Bootstrap: unique id for NCCL_COMM_ID={} ({}); rank 0 serves the rendezvous", comm_id, root.str());
   } else {
     PURLIN_TRY(net::random64(&id.secret));
@@ -699,7 +702,9 @@ Status Bootstrap::create(const UniqueId& id, int rank, int nranks, const std::at
   const AbortFlags flags(abort);
   const std::string who = fmt::format("Bootstrap rank {}/{}", rank, nranks);
 
-  if (rank == 0 && !config().comm_id.empty()) {
+  // An id made from NCCL_COMM_ID has no root service yet: rank 0 serves it. A child's id, made
+  // while NCCL_COMM_ID is set too, has its service running already.
+  if (rank == 0 && !config().comm_id.empty() && id.secret == comm_id_secret(config().comm_id)) {
     Status s = start_root(root, id.secret, static_cast<std::uint32_t>(nranks), true, nullptr);
     if (failed(s)) return fail(s, fmt::format("{}: cannot serve the rendezvous at NCCL_COMM_ID={}", who, config().comm_id));
   }

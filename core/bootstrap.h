@@ -28,10 +28,15 @@ struct UniqueId {
 static_assert(sizeof(UniqueId) == 128);
 inline constexpr std::uint64_t kUniqueIdMagic = 0x31304449'4e4c5250ull;  // "PRLNID01"
 
+// Whose id: the caller's (ncclGetUniqueId), which honours NCCL_COMM_ID, or a child communicator's
+// (split, shrink), which never does: children made at once must not share one fixed address.
+enum class IdFor { caller, child };
+
 // Creates an id and starts, in this process, the root service that ranks of this id rendezvous at
-// (it ends once all ranks of the id have met, or at its deadline). With NCCL_COMM_ID set, the id
-// holds that address instead and no service starts here: rank 0 starts it in Bootstrap::create.
-Status make_unique_id(UniqueId* out);
+// (it ends once all ranks of the id have met, or at its deadline). With NCCL_COMM_ID set, a
+// caller's id holds that address instead and no service starts here: rank 0 starts it in
+// Bootstrap::create.
+Status make_unique_id(UniqueId* out, IdFor whose = IdFor::caller);
 
 class Bootstrap {
  public:

@@ -329,7 +329,7 @@ double Communicator::estimate_us(const std::vector<Op>& ops, const std::vector<P
 
 Status Communicator::distribute_id(const std::vector<int>& members, UniqueId* id) {
   if (members.front() == rank_) {
-    PURLIN_TRY(make_unique_id(id));
+    PURLIN_TRY(make_unique_id(id, IdFor::child));
     for (std::size_t i = 1; i < members.size(); ++i) PURLIN_TRY(bootstrap_->send(members[i], id, sizeof(*id)));
   } else {
     PURLIN_TRY(bootstrap_->recv(members.front(), id, sizeof(*id)));

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <iterator>
 #include <map>
 #include <shared_mutex>
 #include <system_error>
@@ -47,6 +49,46 @@ class Interrupt {
  private:
   Bootstrap& b_;
 };
+
+}  // namespace
+
+namespace {
+
+// The ranks must run one protocol: how a message is cut, staged, slotted and planned comes from
+// each process's environment and policy file, and ranks that disagree would read one another's
+// memory at the wrong places without any tag telling. Compares every rank's with rank 0's. (The
+// channels a rank launches may differ: every rank cuts a message alike whatever it launches.)
+Status agree_on_policy(Bootstrap& boot, const Policy& p) {
+  struct Terms {
+    std::uint64_t staging_half, chunk_bytes, slots, latency_max_bytes, packets_per_pair, channel_bytes,
+        direct_max_bytes, broadcast_direct_max_bytes;
+  } mine{p.staging_half,     p.chunk_bytes,   static_cast<std::uint64_t>(p.slots), p.latency_max_bytes,
+         p.packets_per_pair, p.channel_bytes, p.direct_max_bytes,                   p.broadcast_direct_max_bytes};
+  std::vector<Terms> all(static_cast<std::size_t>(boot.nranks()));
+  PURLIN_TRY(boot.all_gather(&mine, sizeof(Terms), all.data()));
+  static constexpr const char* kNames[] = {"staging bytes (PURLIN_STAGING_BYTES)",
+                                           "chunk bytes (PURLIN_CHUNK_BYTES)",
+                                           "slots (PURLIN_SLOTS)",
+                                           "latency-path bound (PURLIN_LATENCY_MAX_BYTES)",
+                                           "packets per pair",
+                                           "channel bytes (PURLIN_CHANNEL_BYTES)",
+                                           "direct bound (PURLIN_DIRECT_MAX_BYTES)",
+                                           "Broadcast's direct bound (PURLIN_BROADCAST_DIRECT_MAX_BYTES)"};
+  static_assert(sizeof(Terms) == sizeof(kNames) / sizeof(kNames[0]) * sizeof(std::uint64_t));
+  for (int r = 1; r < boot.nranks(); ++r) {
+    for (std::size_t k = 0; k < std::size(kNames); ++k) {
+      std::uint64_t theirs, first;
+      std::memcpy(&theirs, reinterpret_cast<const char*>(&all[r]) + k * sizeof(std::uint64_t), sizeof theirs);
+      std::memcpy(&first, reinterpret_cast<const char*>(&all[0]) + k * sizeof(std::uint64_t), sizeof first);
+      if (theirs != first)
+        return fail(Status::invalid_usage,
+                    fmt::format("the ranks' policies differ: rank {} has {} {}, rank 0 has {}; set the PURLIN_* "
+                                "variables and PURLIN_POLICY_FILE alike for every rank",
+                                r, kNames[k], theirs, first));
+    }
+  }
+  return Status::ok;
+}
 
 }  // namespace
 
@@ -98,10 +140,12 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Opti
     args.policy = policy_for(DatapathKind::sm, nranks, sharing, gpu_sm_count(options.device),
                              sm_resident_ctas_per_sm(options.device), gpu_arch(options.device));
     comm->policy_ = args.policy;
+    PURLIN_TRY(agree_on_policy(*comm->bootstrap_, args.policy));
     PURLIN_TRY(make_sm_executor(args, &comm->executor_));
   } else {
     args.policy = policy_for(DatapathKind::host, nranks, 1, 0);
     comm->policy_ = args.policy;
+    PURLIN_TRY(agree_on_policy(*comm->bootstrap_, args.policy));
     PURLIN_TRY(make_host_executor(args, &comm->executor_));
   }
   PURLIN_TRY(comm->bootstrap_->barrier());

@@ -48,6 +48,7 @@ struct Scenario {
   Lib lib;
   const char* init_error = nullptr;    // init must fail on every rank with this in the last error
   bool comm_id = false;                // NCCL_COMM_ID set for every rank
+  std::vector<const char*> slots = {};  // PURLIN_SLOTS per rank (empty: unset everywhere)
 };
 
 const Scenario kScenarios[] = {
@@ -74,6 +75,9 @@ const Scenario kScenarios[] = {
     {"mismatch", {"one", "one"}, {"allreduce", "none"}, Lib::fake, "PURLIN_FALLBACK differs between ranks"},
     // The real NCCL would read NCCL_COMM_ID too and serve its own rendezvous there.
     {"comm-id", {"hostA", "hostB"}, {}, Lib::fake, "NCCL_COMM_ID is set", true},
+    // One host, the ranks' policies differ (PURLIN_SLOTS): they would read each other's chunks from
+    // the wrong slots.
+    {"policy-mismatch", {"one", "one", "one"}, {}, Lib::fake, "the ranks' policies differ", false, {"8", "8", "2"}},
 };
 
 const Scenario* find(const std::string& name) {
@@ -702,6 +706,7 @@ int main(int argc, char** argv) {
       ::setenv("PURLIN_DATAPATH", "host", 1);
       if (!sc->fallback.empty()) ::setenv("PURLIN_FALLBACK", sc->fallback[r], 1);
       else ::unsetenv("PURLIN_FALLBACK");
+      if (!sc->slots.empty()) ::setenv("PURLIN_SLOTS", sc->slots[r], 1);
       const std::string rank = std::to_string(r);
       std::vector<const char*> args = {argv[0], "--scenario", sc->name, "--fake", fake.c_str(), "--fake-old",
                                        fake_old.c_str(), "--child-rank", rank.c_str(), "--child-ids", hex.c_str()};

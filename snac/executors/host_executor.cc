@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -239,7 +240,12 @@ class HostExecutor final : public Executor {
 }  // namespace
 
 Status make_host_executor(const ExecutorArgs& args, std::unique_ptr<Executor>* out) {
-  auto exec = std::make_unique<HostExecutor>();
+  std::unique_ptr<HostExecutor> exec;
+  try {
+    exec = std::make_unique<HostExecutor>();  // starts the worker threads
+  } catch (const std::system_error& e) {
+    return fail(Status::system_error, fmt::format("cannot start the host datapath's worker threads: {}", e.what()));
+  }
   PURLIN_TRY(exec->init(args));
   *out = std::move(exec);
   return Status::ok;

@@ -72,6 +72,8 @@ Config read_config() {
   c.debug_subsys = env("NCCL_DEBUG_SUBSYS");
   c.debug_file = env("NCCL_DEBUG_FILE");
   c.comm_id = env("NCCL_COMM_ID");
+  if (const std::string b = env("NCCL_COMM_BLOCKING"); b == "0" || b == "1") c.comm_blocking = b == "1";
+  else if (!b.empty()) log::warn("NCCL_COMM_BLOCKING={} is not 0 or 1; ignored", b);
   c.socket_ifname = env("NCCL_SOCKET_IFNAME");
   c.nvls_disabled = env("NCCL_NVLS_ENABLE") == "0";
   c.nvls_requested = env("PURLIN_NVLS") == "1";
@@ -124,6 +126,7 @@ void log_config(const Config& c) {
             : c.datapath == DatapathChoice::host ? "host" : "auto",
             c.timeout_s, c.bootstrap_timeout_s, c.nvls_disabled ? "0" : "(unset)", c.nvls_requested ? 1 : 0);
   if (!c.comm_id.empty()) log::info(log::kEnv, "NCCL_COMM_ID set by environment to {}", c.comm_id);
+  if (c.comm_blocking >= 0) log::info(log::kEnv, "NCCL_COMM_BLOCKING set by environment to {}", c.comm_blocking);
   if (!c.socket_ifname.empty()) log::info(log::kEnv, "NCCL_SOCKET_IFNAME set by environment to {}", c.socket_ifname);
   if (!c.host_id.empty()) log::info(log::kEnv, "PURLIN_HOST_ID set by environment to {}", c.host_id);
   if (!c.nccl_library.empty()) log::info(log::kEnv, "PURLIN_NCCL_LIBRARY set by environment to {}", c.nccl_library);

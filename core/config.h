@@ -34,6 +34,7 @@ struct Config {
   std::string debug_subsys;      // NCCL_DEBUG_SUBSYS
   std::string debug_file;        // NCCL_DEBUG_FILE
   std::string comm_id;           // NCCL_COMM_ID: host:port of the bootstrap root
+  int comm_blocking = -1;        // NCCL_COMM_BLOCKING: 0 or 1 overrides every config's blocking (-1: unset)
   std::string socket_ifname;     // NCCL_SOCKET_IFNAME: interface(s) the bootstrap binds to
   bool nvls_disabled = false;    // NCCL_NVLS_ENABLE=0 is a hard off
 

@@ -37,6 +37,8 @@ struct Settings {
 };
 
 ncclResult_t read_config(const char* fn, const ncclConfig_t* config, Settings* out) {
+  // As NCCL: NCCL_COMM_BLOCKING (0 or 1) overrides what the config says, or its absence.
+  if (const int b = purlin::config().comm_blocking; b >= 0) out->blocking = b == 1;
   if (config == nullptr) return ncclSuccess;
   constexpr std::size_t kHeader = offsetof(ncclConfig_t, blocking);
   if (config->size < kHeader + sizeof(int) || config->size > (1u << 16))
@@ -52,7 +54,7 @@ ncclResult_t read_config(const char* fn, const ncclConfig_t* config, Settings* o
   if (has(offsetof(ncclConfig_t, blocking), sizeof(int)) && config->blocking != NCCL_CONFIG_UNDEF_INT) {
     if (config->blocking != 0 && config->blocking != 1)
       return fail(nullptr, ncclInvalidArgument, fmt::format("{}: config blocking {} is not 0 or 1", fn, config->blocking));
-    out->blocking = config->blocking == 1;
+    if (purlin::config().comm_blocking < 0) out->blocking = config->blocking == 1;
   }
   if (has(offsetof(ncclConfig_t, commName), sizeof(char*)) && config->commName) out->name = config->commName;
   return ncclSuccess;
@@ -172,8 +174,10 @@ using MakeChild = std::function<Status(const snac::Communicator::Options&, std::
 // both it and the parent settle when the work, run on the parent's background thread, ends.
 ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* config, bool joins, ncclComm_t* newcomm,
                        MakeChild make) {
+  // As NCCL: without a config the child inherits the parent's mode; a config's unset fields take
+  // the defaults (blocking), not the parent's.
   Settings settings;
-  settings.blocking = parent->blocking;
+  settings.blocking = config == nullptr ? parent->blocking : true;
   if (ncclResult_t r = read_config(fn, config, &settings); r != ncclSuccess) return r;
   snac::Communicator::Options opt;
   opt.device = parent->device;

@@ -4,6 +4,7 @@
 //   communicators from one thread; the 4 ranks' ncclCommInitRank, then their ncclCommSplit, inside
 //   one group from one thread; a group with a call that fails its checks (the group fails, nothing
 //   runs); ncclGroupSimulateEnd(NULL); ncclGetLastError(NULL) on a thread that saw no failure;
+//   NCCL_COMM_BLOCKING over a config (e2e_api_comm_blocking_1r sets it);
 //   ranks as processes: ncclCommCount/UserRank, ncclCommGetAsyncError, argument errors
 //   (ncclInvalidArgument, no effect, the communicator still usable, ncclGetLastError set), count 0,
 //   ncclCommFinalize + ncclCommDestroy, ncclCommAbort.
@@ -13,6 +14,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <string>
@@ -182,6 +184,32 @@ void group_error(Reporter& report, Slab& slab) {
   for (int i = 0; i < n; ++i) report.expect(ncclCommDestroy(comms[i]), "ncclCommDestroy");
 }
 
+// NCCL_COMM_BLOCKING (0 or 1) overrides a config's blocking, as in NCCL: a 1-rank communicator
+// made with blocking = 0 and one made with no config, under whatever this process's environment sets.
+void comm_blocking(Reporter& report) {
+  const char* env = std::getenv("NCCL_COMM_BLOCKING");
+  const std::string forced = env ? env : "";
+  for (const bool with_config : {true, false}) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const bool blocking = forced == "1" || (forced != "0" && !with_config);
+    const std::string what = std::string(with_config ? "config.blocking = 0" : "no config") +
+                             ", NCCL_COMM_BLOCKING=" + (forced.empty() ? "(unset)" : forced);
+    ncclUniqueId id;
+    if (!report.expect(ncclGetUniqueId(&id), "ncclGetUniqueId")) return;
+    ncclComm_t comm = nullptr;
+    const ncclResult_t r = ncclCommInitRankConfig(&comm, 1, id, 0, with_config ? &config : nullptr);
+    report.expect(r, "ncclCommInitRankConfig, " + what, nullptr, blocking ? ncclSuccess : ncclInProgress);
+    ncclResult_t state = ncclInProgress;
+    for (int i = 0; comm && state == ncclInProgress && i < 10000; ++i) {
+      ncclCommGetAsyncError(comm, &state);
+      if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (state != ncclSuccess) report.fail(what + ": the communicator's state is " + ncclGetErrorString(state));
+    if (comm) report.expect(ncclCommDestroy(comm), "ncclCommDestroy");
+  }
+}
+
 // A thread that saw no failure asks ncclGetLastError(NULL) why another thread's call failed.
 void last_error_across_threads(Reporter& report) {
   ncclResult_t r = ncclSuccess;
@@ -202,6 +230,7 @@ void one_process(RankEnv& env) {
   run_case(env.report, "Api/init_in_group", [&] { init_in_group(env.report, slab); });
   run_case(env.report, "Api/group_error", [&] { group_error(env.report, slab); });
   run_case(env.report, "Api/last_error_across_threads", [&] { last_error_across_threads(env.report); });
+  run_case(env.report, "Api/comm_blocking", [&] { comm_blocking(env.report); });
 }
 
 // ---- Ranks as processes -----------------------------------------------------------------------------

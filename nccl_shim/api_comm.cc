@@ -385,9 +385,9 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
   if (ncclResult_t r = ensure_ready(fn, comm); r != ncclSuccess) return r;
   if (newcomm == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
   *newcomm = nullptr;
-  if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
-    return fail(comm, ncclInvalidArgument, fmt::format("ncclCommSplit: invalid color {}", color));
-  return new_child(fn, comm, config, color >= 0, newcomm,
+  // As NCCL: only NCCL_SPLIT_NOCOLOR joins no child; other negative colours name groups too.
+  static_assert(NCCL_SPLIT_NOCOLOR == snac::Communicator::kNoColor);
+  return new_child(fn, comm, config, color != NCCL_SPLIT_NOCOLOR, newcomm,
                    [comm, color, key](const snac::Communicator::Options& o, std::atomic<bool>* abort, auto* out) {
                      return comm->impl->split(color, key, o, abort, out);
                    });

@@ -391,7 +391,7 @@ Status Communicator::split(int color, int key, const Options& options, std::atom
   std::vector<Entry> all(static_cast<std::size_t>(nranks_));
   PURLIN_TRY(bootstrap_->all_gather(&mine, sizeof(Entry), all.data()));
   out->reset();
-  if (color < 0) return Status::ok;
+  if (color == kNoColor) return Status::ok;
   std::vector<Entry> group;
   for (const Entry& e : all)
     if (e.color == color) group.push_back(e);

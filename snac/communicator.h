@@ -86,9 +86,11 @@ class Communicator {
   std::string failure_reason() const;
 
   // Collective over this communicator: the ranks passing the same color form a new communicator,
-  // ordered by key then by rank here. color < 0: this rank joins none (*out stays null).
+  // ordered by key then by rank here. color kNoColor: this rank joins none (*out stays null); any other
+  // value, negative ones too, names a group.
   // `abort` (may be null) ends the new communicator's creation when raised; abort() of this
   // communicator raises it too while the creation runs.
+  static constexpr int kNoColor = -1;  // the value of NCCL_SPLIT_NOCOLOR
   Status split(int color, int key, const Options& options, std::atomic<bool>* abort,
                std::unique_ptr<Communicator>* out);
   // Among the ranks not excluded (the excluded ranks do not call): a new communicator of them in

@@ -141,11 +141,12 @@ void init_in_group(Reporter& report, Slab& slab) {
   }
   if (shaped(report, comms, n, "init in a group")) grouped_calls(report, slab, comms, n, "InitRank in a group");
 
-  // Split inside a group from this one thread: colours 0,1,0,1 make two communicators of 2 ranks.
+  // Split inside a group from this one thread: colours -2,1,-2,1 make two communicators of 2 ranks
+  // (a negative colour other than NCCL_SPLIT_NOCOLOR names a group, as in NCCL).
   ncclComm_t halves[n] = {};
   report.expect(ncclGroupStart(), "ncclGroupStart");
   for (int i = 0; i < n; ++i)
-    report.expect(ncclCommSplit(comms[i], i % 2, i, &halves[i], nullptr), "ncclCommSplit in a group", comms[i]);
+    report.expect(ncclCommSplit(comms[i], i % 2 ? 1 : -2, i, &halves[i], nullptr), "ncclCommSplit in a group", comms[i]);
   if (report.expect(ncclGroupEnd(), "ncclGroupEnd after the splits")) {
     for (int colour = 0; colour < 2; ++colour) {
       const ncclComm_t pair[2] = {halves[colour], halves[colour + 2]};

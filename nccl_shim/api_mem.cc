@@ -9,6 +9,7 @@
 
 #include "core/cuda_probe.h"
 #include "nccl_shim/argcheck.h"
+#include "nccl_shim/comm_work.h"
 #include "nccl_shim/shim.h"
 
 #if defined(PURLIN_HAVE_CUDA)
@@ -111,9 +112,22 @@ NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size
   return ncclSuccess;
 }
 
+namespace {
+
+// Deregistration is bookkeeping of this process: as NCCL, it needs a live communicator only, not a
+// healthy one (PyTorch deregisters before it aborts a failed communicator), and a NULL handle is
+// nothing to do.
+ncclResult_t deregister(const char* fn, ncclComm_t comm, void* handle, bool window) {
+  InUse use(comm);
+  if (!use) return check_comm(fn, comm);
+  if (handle == nullptr) return ncclSuccess;
+  return remove_registration(comm, fn, handle, window);
+}
+
+}  // namespace
+
 NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
-  if (ncclResult_t r = check_comm("ncclCommDeregister", comm); r != ncclSuccess) return r;
-  return remove_registration(comm, "ncclCommDeregister", handle, false);
+  return deregister("ncclCommDeregister", comm, handle, false);
 }
 
 NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
@@ -131,6 +145,5 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size
 }
 
 NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
-  if (ncclResult_t r = check_comm("ncclCommWindowDeregister", comm); r != ncclSuccess) return r;
-  return remove_registration(comm, "ncclCommWindowDeregister", win, true);
+  return deregister("ncclCommWindowDeregister", comm, win, true);
 }

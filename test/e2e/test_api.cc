@@ -211,6 +211,20 @@ void comm_blocking(Reporter& report) {
   }
 }
 
+// Deregistering nothing (a NULL handle or window) succeeds, also on a revoked communicator:
+// deregistration needs a live communicator only, as in NCCL.
+void deregister_nothing(Reporter& report) {
+  ncclComm_t comm = nullptr;
+  if (!report.expect(ncclCommInitAll(&comm, 1, nullptr), "ncclCommInitAll")) return;
+  for (const bool revoked : {false, true}) {
+    if (revoked) report.expect(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), "ncclCommRevoke", comm);
+    const std::string when = revoked ? " on a revoked communicator" : "";
+    report.expect(ncclCommDeregister(comm, nullptr), "ncclCommDeregister(NULL)" + when, comm);
+    report.expect(ncclCommWindowDeregister(comm, nullptr), "ncclCommWindowDeregister(NULL)" + when, comm);
+  }
+  report.expect(ncclCommDestroy(comm), "ncclCommDestroy");
+}
+
 // A thread that saw no failure asks ncclGetLastError(NULL) why another thread's call failed.
 void last_error_across_threads(Reporter& report) {
   ncclResult_t r = ncclSuccess;
@@ -232,6 +246,7 @@ void one_process(RankEnv& env) {
   run_case(env.report, "Api/group_error", [&] { group_error(env.report, slab); });
   run_case(env.report, "Api/last_error_across_threads", [&] { last_error_across_threads(env.report); });
   run_case(env.report, "Api/comm_blocking", [&] { comm_blocking(env.report); });
+  run_case(env.report, "Api/deregister_nothing", [&] { deregister_nothing(env.report); });
 }
 
 // ---- Ranks as processes -----------------------------------------------------------------------------

@@ -107,11 +107,13 @@ ncclResult_t start_comm(const char* fn, ncclComm_t* out, int nranks, const purli
     // As NCCL: inside a group the rendezvous runs at the outermost ncclGroupEnd, so that one thread
     // may create the communicators of several ranks; until then the comm answers in progress.
     comm->async_error.store(ncclInProgress, std::memory_order_release);
-    defer([comm, id, rank, nranks] {
-      const ncclResult_t r = init_work(comm, id, rank, nranks);
-      comm->async_error.store(r, std::memory_order_release);
-      return r;
-    });
+    defer(
+        [comm, id, rank, nranks] {
+          const ncclResult_t r = init_work(comm, id, rank, nranks);
+          comm->async_error.store(r, std::memory_order_release);
+          return r;
+        },
+        comm);
     *out = comm;
     return ncclSuccess;
   }
@@ -219,7 +221,7 @@ ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* con
   if (parent->blocking && group_depth() > 0) {
     // As an init inside a group: the child is made at the outermost ncclGroupEnd.
     *newcomm = child;
-    defer(std::move(work));
+    defer(std::move(work), child);
     return ncclSuccess;
   }
   if (parent->blocking) {
@@ -442,9 +444,21 @@ NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   });
 }
 
+namespace {
+
+// A communicator whose creation this thread deferred to the end of its open group.
+ncclResult_t not_yet_created(const char* fn, ncclComm* comm) {
+  return fail(comm, ncclInvalidUsage,
+              fmt::format("{}: the communicator is created when the group this thread has open ends; call "
+                          "ncclGroupEnd first", fn));
+}
+
+}  // namespace
+
 NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;  // as NCCL
   if (!is_live(comm)) return check_comm("ncclCommDestroy", comm);
+  if (created_at_group_end(comm)) return not_yet_created("ncclCommDestroy", comm);
   if (comm_state(comm) == ncclInProgress) return ensure_ready("ncclCommDestroy", comm);
   return teardown(comm, false);
 }
@@ -452,6 +466,7 @@ NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
 NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
   if (!is_live(comm)) return check_comm("ncclCommAbort", comm);
+  if (created_at_group_end(comm)) return not_yet_created("ncclCommAbort", comm);
   return teardown(comm, true);
 }
 

@@ -29,6 +29,7 @@ struct GroupState {
   int depth = 0;
   std::vector<Batch> batches;  // one per communicator, in order of first use
   std::vector<std::function<ncclResult_t()>> deferred;  // blocking inits, splits and shrinks
+  std::vector<const ncclComm*> creating;                // the communicators they create
   ncclResult_t error = ncclSuccess;  // the first call of the group that failed its checks
 };
 
@@ -89,6 +90,7 @@ ncclResult_t flush() {
   tls_group.batches.clear();
   std::vector<std::function<ncclResult_t()>> deferred = std::move(tls_group.deferred);
   tls_group.deferred.clear();
+  tls_group.creating.clear();
   const ncclResult_t error = std::exchange(tls_group.error, ncclSuccess);
   // The communicators being created run in any case: their peers wait for them.
   ncclResult_t result = run_deferred(std::move(deferred));
@@ -151,6 +153,7 @@ ncclResult_t group_simulate_end(float* us) {
   if (--tls_group.depth > 0) return ncclSuccess;
   if (us == nullptr) return discard_group("ncclGroupSimulateEnd: simInfo not set up with NCCL_SIM_INFO_INITIALIZER");
   // Communicators being created are created: the simulation is of the calls only.
+  tls_group.creating.clear();
   if (ncclResult_t r = run_deferred(std::exchange(tls_group.deferred, {})); r != ncclSuccess) {
     tls_group.batches.clear();
     tls_group.error = ncclSuccess;
@@ -176,11 +179,19 @@ ncclResult_t discard_group(const std::string& why) {
   tls_group.batches.clear();
   tls_group.error = ncclSuccess;
   // Creations of communicators still run: their peers wait for them.
+  tls_group.creating.clear();
   run_deferred(std::exchange(tls_group.deferred, {}));
   return fail(nullptr, ncclInvalidArgument, fmt::format("{}; the group's {} calls are dropped", why, calls));
 }
 
-void defer(std::function<ncclResult_t()> work) { tls_group.deferred.push_back(std::move(work)); }
+void defer(std::function<ncclResult_t()> work, const ncclComm* creates) {
+  tls_group.deferred.push_back(std::move(work));
+  if (creates) tls_group.creating.push_back(creates);
+}
+
+bool created_at_group_end(const ncclComm* comm) {
+  return std::find(tls_group.creating.begin(), tls_group.creating.end(), comm) != tls_group.creating.end();
+}
 
 ncclResult_t group_failed(ncclResult_t r) {
   if (r != ncclSuccess && tls_group.depth > 0 && tls_group.error == ncclSuccess) tls_group.error = r;

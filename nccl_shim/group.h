@@ -28,7 +28,10 @@ ncclResult_t discard_group(const std::string& why);
 // the outermost ncclGroupEnd, all of the group's at once, each on a thread of its own, as in NCCL
 // (one thread may create the communicators of several ranks in one group). The work settles the
 // state of the communicator it creates.
-void defer(std::function<ncclResult_t()> work);
+void defer(std::function<ncclResult_t()> work, const ncclComm* creates);
+// Whether `comm` is created by work deferred to the end of the group this thread has open: it can
+// be neither destroyed nor aborted before that end (the work would wait for it forever).
+bool created_at_group_end(const ncclComm* comm);
 // A call made inside a group that failed its checks: the group ends with the first such error
 // and runs none of its calls, as NCCL's does. Returns `r`.
 ncclResult_t group_failed(ncclResult_t r);

@@ -134,6 +134,9 @@ void init_in_group(Reporter& report, Slab& slab) {
     if (state != ncclInProgress)
       report.fail(std::string("before ncclGroupEnd the communicator's state is ") + ncclGetErrorString(state));
   }
+  // Its creation is this thread's to finish: aborting it now would wait for itself.
+  if (comms[1])
+    report.expect(ncclCommAbort(comms[1]), "ncclCommAbort inside the group that creates it", nullptr, ncclInvalidUsage);
   if (!report.expect(ncclGroupEnd(), "ncclGroupEnd after the inits")) return;
   for (int i = 0; i < n; ++i) {
     report.expect(ncclCommGetAsyncError(comms[i], &state), "ncclCommGetAsyncError after ncclGroupEnd", comms[i]);

@@ -193,8 +193,10 @@ ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* con
     child->async_error.store(ncclInProgress);
     register_comm(child);
   }
-  auto work = [fn, parent, child, opt, make = std::move(make)]() -> ncclResult_t {
-    InUse use(parent);
+  // The parent's serial: work deferred to a group's end must not take a later communicator at
+  // the same address for it.
+  auto work = [fn, parent, serial = parent->serial, child, opt, make = std::move(make)]() -> ncclResult_t {
+    InUse use(parent, serial);
     if (!use) {
       if (child) child->async_error.store(ncclInvalidArgument, std::memory_order_release);
       return fail(nullptr, ncclInvalidArgument, fmt::format("{}: the parent communicator was destroyed", fn));
@@ -367,17 +369,21 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* 
         }
       }
       results[i] = pncclCommInitRank(&comms[i], ndev, id, i);
-      if (results[i] != ncclSuccess) why[i] = last_error();
+      if (results[i] != ncclSuccess && results[i] != ncclInProgress) why[i] = last_error();
     });
   for (auto& t : threads) t.join();
+  // Under NCCL_COMM_BLOCKING=0 the inits answer in progress: the caller polls each communicator.
+  ncclResult_t result = ncclSuccess;
   for (int i = 0; i < ndev; ++i)
-    if (results[i] != ncclSuccess) {
+    if (results[i] == ncclInProgress) result = ncclInProgress;
+  for (int i = 0; i < ndev; ++i)
+    if (results[i] != ncclSuccess && results[i] != ncclInProgress) {
       for (int j = 0; j < ndev; ++j)
         if (comms[j]) teardown(comms[j], true), comms[j] = nullptr;
       adopt_error(static_cast<Status>(results[i]), fmt::format("ncclCommInitAll: rank {}: {}", i, why[i]));
       return results[i];
     }
-  return ncclSuccess;
+  return result;
 }
 
 NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {

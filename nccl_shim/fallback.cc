@@ -1,5 +1,8 @@
 #include "nccl_shim/fallback.h"
 
+#include <chrono>
+#include <thread>
+
 #include <fmt/format.h>
 
 #include "core/config.h"
@@ -129,6 +132,13 @@ Status Fallback::make_real(const std::vector<int>& members, int my_index, RealCo
   }
   ncclComm_t handle = nullptr;
   ncclResult_t r = lib_->CommInitRank(&handle, static_cast<int>(members.size()), id, my_index);
+  // Under NCCL_COMM_BLOCKING=0 the real NCCL's init answers in progress: wait for it to settle.
+  while (r == ncclInProgress && handle && lib_->CommGetAsyncError) {
+    ncclResult_t state = ncclInProgress;
+    if (lib_->CommGetAsyncError(handle, &state) != ncclSuccess) break;
+    r = state;
+    if (r == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   if (r != ncclSuccess) {
     const char* last = lib_->GetLastError ? lib_->GetLastError(nullptr) : nullptr;
     return fail(static_cast<Status>(r), fmt::format("NCCL {} ncclCommInitRank (rank {} of {}): {}{}{}",

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -63,6 +64,22 @@ ncclResult_t run_batch(const Batch& b) {
   return ncclSuccess;
 }
 
+// Runs job(0..n-1) at once, each on a thread of its own. Where no thread can be started, the jobs
+// left run here, one after another: those that wait for one another then end in their timeouts
+// instead of ending the process.
+void run_at_once(std::size_t n, const std::function<void(std::size_t)>& job) {
+  std::vector<std::thread> threads;
+  std::size_t started = 0;
+  try {
+    for (; started < n; ++started) threads.emplace_back(job, started);
+  } catch (const std::system_error& e) {
+    log::warn("ncclGroupEnd: cannot start a thread ({}); {} of the group's {} jobs run one after another", e.what(),
+              n - started, n);
+  }
+  for (std::size_t i = started; i < n; ++i) job(i);
+  for (auto& t : threads) t.join();
+}
+
 // Runs every deferred init, split and shrink at once, each on a thread of its own: each waits in
 // its rendezvous for peers that may be further work of this very group. A failure's message
 // becomes this thread's last error.
@@ -70,13 +87,11 @@ ncclResult_t run_deferred(std::vector<std::function<ncclResult_t()>> work) {
   if (work.empty()) return ncclSuccess;
   std::vector<ncclResult_t> results(work.size(), ncclSuccess);
   std::vector<std::string> why(work.size());
-  std::vector<std::thread> threads;
-  for (std::size_t i = 0; i < work.size(); ++i)
-    threads.emplace_back([&, i] {
-      results[i] = work[i]();
-      if (results[i] != ncclSuccess) why[i] = last_error();
-    });
-  for (auto& t : threads) t.join();
+  auto run = [&](std::size_t i) {
+    results[i] = work[i]();
+    if (results[i] != ncclSuccess) why[i] = last_error();
+  };
+  run_at_once(work.size(), run);
   for (std::size_t i = 0; i < work.size(); ++i)
     if (results[i] != ncclSuccess) {
       adopt_error(static_cast<Status>(results[i]), why[i]);
@@ -123,9 +138,7 @@ ncclResult_t flush() {
     // Several communicators (e.g. one per rank in this process): each waits for its peers, so they
     // must run at the same time.
     std::vector<ncclResult_t> results(now.size(), ncclSuccess);
-    std::vector<std::thread> threads;
-    for (std::size_t i = 0; i < now.size(); ++i) threads.emplace_back([&, i] { results[i] = run_batch(*now[i]); });
-    for (auto& t : threads) t.join();
+    run_at_once(now.size(), [&](std::size_t i) { results[i] = run_batch(*now[i]); });
     for (ncclResult_t r : results) note(r);
   }
   return result;

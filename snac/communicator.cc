@@ -56,14 +56,15 @@ namespace {
 
 // The ranks must run one protocol: how a message is cut, staged, slotted and planned comes from
 // each process's environment and policy file, and ranks that disagree would read one another's
-// memory at the wrong places without any tag telling. Compares every rank's with rank 0's. (The
-// channels a rank launches may differ: every rank cuts a message alike whatever it launches.)
+// memory at the wrong places without any tag telling. Compares every rank's with rank 0's. The
+// channels count too: every rank's window holds one part per channel, and peers address them all.
 Status agree_on_policy(Bootstrap& boot, const Policy& p) {
   struct Terms {
     std::uint64_t staging_half, chunk_bytes, slots, latency_max_bytes, packets_per_pair, channel_bytes,
-        direct_max_bytes, broadcast_direct_max_bytes;
+        direct_max_bytes, broadcast_direct_max_bytes, workers;
   } mine{p.staging_half,     p.chunk_bytes,   static_cast<std::uint64_t>(p.slots), p.latency_max_bytes,
-         p.packets_per_pair, p.channel_bytes, p.direct_max_bytes,                   p.broadcast_direct_max_bytes};
+         p.packets_per_pair, p.channel_bytes, p.direct_max_bytes,                   p.broadcast_direct_max_bytes,
+         static_cast<std::uint64_t>(p.workers)};
   std::vector<Terms> all(static_cast<std::size_t>(boot.nranks()));
   PURLIN_TRY(boot.all_gather(&mine, sizeof(Terms), all.data()));
   static constexpr const char* kNames[] = {"staging bytes (PURLIN_STAGING_BYTES)",
@@ -73,7 +74,8 @@ Status agree_on_policy(Bootstrap& boot, const Policy& p) {
                                            "packets per pair",
                                            "channel bytes (PURLIN_CHANNEL_BYTES)",
                                            "direct bound (PURLIN_DIRECT_MAX_BYTES)",
-                                           "Broadcast's direct bound (PURLIN_BROADCAST_DIRECT_MAX_BYTES)"};
+                                           "Broadcast's direct bound (PURLIN_BROADCAST_DIRECT_MAX_BYTES)",
+                                           "channels (PURLIN_CHANNELS, or GPUs of different sizes)"};
   static_assert(sizeof(Terms) == sizeof(kNames) / sizeof(kNames[0]) * sizeof(std::uint64_t));
   for (int r = 1; r < boot.nranks(); ++r) {
     for (std::size_t k = 0; k < std::size(kNames); ++k) {

@@ -171,6 +171,8 @@ void group_error(Reporter& report, Slab& slab) {
   slab.reset();
   const std::size_t count = 1000;
   float* buf = reinterpret_cast<float*>(slab.take(count * sizeof(float) * 2, 0));
+  for (std::size_t i = 0; i < count; ++i) buf[i] = static_cast<float>(i % 7);
+  std::memset(buf + count, 0xA5, count * sizeof(float));  // the AllReduces' output: must stay poisoned
   report.expect(ncclGroupStart(), "ncclGroupStart");
   for (int i = 0; i < n; ++i)
     report.expect(ncclAllReduce(buf, buf + count, count, ncclFloat32, ncclSum, comms[i], kNoStream), "ncclAllReduce");
@@ -179,6 +181,12 @@ void group_error(Reporter& report, Slab& slab) {
   report.expect(ncclGroupEnd(), "ncclGroupEnd of a group with a bad call", nullptr, ncclInvalidArgument);
   const std::string why = ncclGetLastError(nullptr);
   if (why.find("dropped") == std::string::npos) report.fail("ncclGetLastError after the failed group: \"" + why + "\"");
+  const auto* out = reinterpret_cast<const unsigned char*>(buf + count);
+  for (std::size_t i = 0; i < count * sizeof(float); ++i)
+    if (out[i] != 0xA5) {
+      report.fail("the failed group ran an AllReduce: its output byte " + std::to_string(i) + " was written");
+      break;
+    }
   if (shaped(report, comms, n, "after a failed group")) grouped_calls(report, slab, comms, n, "after a failed group");
 
   // ncclGroupSimulateEnd without a simInfo ends the group as ncclGroupEnd does.

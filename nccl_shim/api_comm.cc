@@ -36,9 +36,7 @@ struct Settings {
   std::string name;
 };
 
-ncclResult_t read_config(const char* fn, const ncclConfig_t* config, Settings* out) {
-  // As NCCL: NCCL_COMM_BLOCKING (0 or 1) overrides what the config says, or its absence.
-  if (const int b = purlin::config().comm_blocking; b >= 0) out->blocking = b == 1;
+ncclResult_t parse_config(const char* fn, const ncclConfig_t* config, Settings* out) {
   if (config == nullptr) return ncclSuccess;
   constexpr std::size_t kHeader = offsetof(ncclConfig_t, blocking);
   if (config->size < kHeader + sizeof(int) || config->size > (1u << 16))
@@ -54,9 +52,16 @@ ncclResult_t read_config(const char* fn, const ncclConfig_t* config, Settings* o
   if (has(offsetof(ncclConfig_t, blocking), sizeof(int)) && config->blocking != NCCL_CONFIG_UNDEF_INT) {
     if (config->blocking != 0 && config->blocking != 1)
       return fail(nullptr, ncclInvalidArgument, fmt::format("{}: config blocking {} is not 0 or 1", fn, config->blocking));
-    if (purlin::config().comm_blocking < 0) out->blocking = config->blocking == 1;
+    out->blocking = config->blocking == 1;
   }
   if (has(offsetof(ncclConfig_t, commName), sizeof(char*)) && config->commName) out->name = config->commName;
+  return ncclSuccess;
+}
+
+// The config, then, as NCCL: NCCL_COMM_BLOCKING (0 or 1) over what it says, or its absence.
+ncclResult_t read_config(const char* fn, const ncclConfig_t* config, Settings* out) {
+  if (ncclResult_t r = parse_config(fn, config, out); r != ncclSuccess) return r;
+  if (const int b = purlin::config().comm_blocking; b >= 0) out->blocking = b == 1;
   return ncclSuccess;
 }
 
@@ -103,13 +108,14 @@ ncclResult_t start_comm(const char* fn, ncclComm_t* out, int nranks, const purli
   comm->device = device;
   comm->blocking = settings.blocking;
   register_comm(comm);
+  auto work = [comm, id, rank, nranks] { return init_work(comm, id, rank, nranks); };
   if (comm->blocking && group_depth() > 0) {
     // As NCCL: inside a group the rendezvous runs at the outermost ncclGroupEnd, so that one thread
     // may create the communicators of several ranks; until then the comm answers in progress.
     comm->async_error.store(ncclInProgress, std::memory_order_release);
     defer(
-        [comm, id, rank, nranks] {
-          const ncclResult_t r = init_work(comm, id, rank, nranks);
+        [comm, work] {
+          const ncclResult_t r = work();
           comm->async_error.store(r, std::memory_order_release);
           return r;
         },
@@ -117,8 +123,7 @@ ncclResult_t start_comm(const char* fn, ncclComm_t* out, int nranks, const purli
     *out = comm;
     return ncclSuccess;
   }
-  ncclResult_t r = run_work(comm, [comm, id, rank, nranks] { return init_work(comm, id, rank, nranks); },
-                            Settle::every_error);
+  ncclResult_t r = run_work(comm, work, Settle::every_error);
   if (r != ncclSuccess && r != ncclInProgress) {
     discard(comm);
     return r;

@@ -100,29 +100,49 @@ ncclResult_t run_deferred(std::vector<std::function<ncclResult_t()>> work) {
   return ncclSuccess;
 }
 
-ncclResult_t flush() {
-  std::vector<Batch> batches = std::move(tls_group.batches);
-  tls_group.batches.clear();
-  std::vector<std::function<ncclResult_t()>> deferred = std::move(tls_group.deferred);
-  tls_group.deferred.clear();
+// What the group this thread closes holds, taken out of it: the thread's group is empty after.
+struct Closed {
+  std::vector<Batch> batches;
+  std::vector<std::function<ncclResult_t()>> deferred;
+  ncclResult_t error;  // the first call that failed its checks
+
+  std::size_t calls() const {
+    std::size_t n = 0;
+    for (const Batch& b : batches) n += b.ops.size() + b.p2p.size();
+    return n;
+  }
+};
+
+Closed close_group() {
   tls_group.creating.clear();
-  const ncclResult_t error = std::exchange(tls_group.error, ncclSuccess);
+  return Closed{std::exchange(tls_group.batches, {}), std::exchange(tls_group.deferred, {}),
+                std::exchange(tls_group.error, ncclSuccess)};
+}
+
+// Closes the group without running its calls; communicators being created are still created
+// (their peers wait for them).
+ncclResult_t discard_group(const std::string& why) {
+  Closed g = close_group();
+  run_deferred(std::move(g.deferred));
+  return fail(nullptr, ncclInvalidArgument, fmt::format("{}; the group's {} calls are dropped", why, g.calls()));
+}
+
+ncclResult_t flush() {
+  Closed g = close_group();
   // The communicators being created run in any case: their peers wait for them.
-  ncclResult_t result = run_deferred(std::move(deferred));
-  if (error != ncclSuccess) {
+  ncclResult_t result = run_deferred(std::move(g.deferred));
+  if (g.error != ncclSuccess) {
     // As NCCL: a call that failed its checks fails the group, and none of its calls run.
-    std::size_t calls = 0;
-    for (const Batch& b : batches) calls += b.ops.size() + b.p2p.size();
-    return fail(nullptr, error,
+    return fail(nullptr, g.error,
                 fmt::format("ncclGroupEnd: a call of the group failed its checks ({}); the group's other {} "
-                            "calls are dropped", ncclGetErrorString(error), calls));
+                            "calls are dropped", ncclGetErrorString(g.error), g.calls()));
   }
   auto note = [&result](ncclResult_t r) {
     if (result == ncclSuccess || (result == ncclInProgress && r != ncclSuccess)) result = r;
   };
   // Non-blocking communicators run their batch in the background; blocking ones run here.
   std::vector<const Batch*> now;
-  for (Batch& b : batches) {
+  for (Batch& b : g.batches) {
     InUse use(b.comm, b.serial);  // held while this thread touches the comm
     if (!use) {
       note(gone(b));
@@ -166,35 +186,16 @@ ncclResult_t group_simulate_end(float* us) {
   if (--tls_group.depth > 0) return ncclSuccess;
   if (us == nullptr) return discard_group("ncclGroupSimulateEnd: simInfo not set up with NCCL_SIM_INFO_INITIALIZER");
   // Communicators being created are created: the simulation is of the calls only.
-  tls_group.creating.clear();
-  if (ncclResult_t r = run_deferred(std::exchange(tls_group.deferred, {})); r != ncclSuccess) {
-    tls_group.batches.clear();
-    tls_group.error = ncclSuccess;
-    return r;
-  }
-  if (ncclResult_t e = std::exchange(tls_group.error, ncclSuccess); e != ncclSuccess) {
-    tls_group.batches.clear();
-    return fail(nullptr, e, fmt::format("ncclGroupSimulateEnd: a call of the group failed its checks ({})",
-                                        ncclGetErrorString(e)));
-  }
-  std::vector<Batch> batches = std::move(tls_group.batches);
-  tls_group.batches.clear();
+  Closed g = close_group();
+  if (ncclResult_t r = run_deferred(std::move(g.deferred)); r != ncclSuccess) return r;
+  if (g.error != ncclSuccess)
+    return fail(nullptr, g.error, fmt::format("ncclGroupSimulateEnd: a call of the group failed its checks ({})",
+                                              ncclGetErrorString(g.error)));
   // Communicators of a group run at the same time: the estimate is the slowest one's.
   double worst = 0;
-  for (const Batch& b : batches) worst = std::max(worst, b.comm->impl->estimate_us(b.ops, b.p2p));
+  for (const Batch& b : g.batches) worst = std::max(worst, b.comm->impl->estimate_us(b.ops, b.p2p));
   *us = static_cast<float>(worst);
   return ncclSuccess;
-}
-
-ncclResult_t discard_group(const std::string& why) {
-  std::size_t calls = 0;
-  for (const Batch& b : tls_group.batches) calls += b.ops.size() + b.p2p.size();
-  tls_group.batches.clear();
-  tls_group.error = ncclSuccess;
-  // Creations of communicators still run: their peers wait for them.
-  tls_group.creating.clear();
-  run_deferred(std::exchange(tls_group.deferred, {}));
-  return fail(nullptr, ncclInvalidArgument, fmt::format("{}; the group's {} calls are dropped", why, calls));
 }
 
 void defer(std::function<ncclResult_t()> work, const ncclComm* creates) {

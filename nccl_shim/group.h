@@ -6,7 +6,6 @@
 #include <nccl.h>
 
 #include <functional>
-#include <string>
 
 #include "nccl_shim/shim.h"
 #include "snac/communicator.h"
@@ -21,8 +20,6 @@ int group_depth();
 // the executors' cost model instead. With `us` null (a simInfo not set up) the group's calls are
 // dropped and the answer is ncclInvalidArgument.
 ncclResult_t group_simulate_end(float* us);
-// Closes a group without running its calls (communicators being created are still created).
-ncclResult_t discard_group(const std::string& why);
 
 // Work that waits for peers (a blocking init, split or shrink) called inside a group: it runs at
 // the outermost ncclGroupEnd, all of the group's at once, each on a thread of its own, as in NCCL

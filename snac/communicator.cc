@@ -1,9 +1,8 @@
 #include "snac/communicator.h"
 
-
 #include <algorithm>
+#include <array>
 #include <chrono>
-#include <cstring>
 #include <iterator>
 #include <map>
 #include <shared_mutex>
@@ -50,23 +49,11 @@ class Interrupt {
   Bootstrap& b_;
 };
 
-}  // namespace
-
-namespace {
-
 // The ranks must run one protocol: how a message is cut, staged, slotted and planned comes from
 // each process's environment and policy file, and ranks that disagree would read one another's
 // memory at the wrong places without any tag telling. Compares every rank's with rank 0's. The
 // channels count too: every rank's window holds one part per channel, and peers address them all.
 Status agree_on_policy(Bootstrap& boot, const Policy& p) {
-  struct Terms {
-    std::uint64_t staging_half, chunk_bytes, slots, latency_max_bytes, packets_per_pair, channel_bytes,
-        direct_max_bytes, broadcast_direct_max_bytes, workers;
-  } mine{p.staging_half,     p.chunk_bytes,   static_cast<std::uint64_t>(p.slots), p.latency_max_bytes,
-         p.packets_per_pair, p.channel_bytes, p.direct_max_bytes,                   p.broadcast_direct_max_bytes,
-         static_cast<std::uint64_t>(p.workers)};
-  std::vector<Terms> all(static_cast<std::size_t>(boot.nranks()));
-  PURLIN_TRY(boot.all_gather(&mine, sizeof(Terms), all.data()));
   static constexpr const char* kNames[] = {"staging bytes (PURLIN_STAGING_BYTES)",
                                            "chunk bytes (PURLIN_CHUNK_BYTES)",
                                            "slots (PURLIN_SLOTS)",
@@ -76,19 +63,19 @@ Status agree_on_policy(Bootstrap& boot, const Policy& p) {
                                            "direct bound (PURLIN_DIRECT_MAX_BYTES)",
                                            "Broadcast's direct bound (PURLIN_BROADCAST_DIRECT_MAX_BYTES)",
                                            "channels (PURLIN_CHANNELS, or GPUs of different sizes)"};
-  static_assert(sizeof(Terms) == sizeof(kNames) / sizeof(kNames[0]) * sizeof(std::uint64_t));
-  for (int r = 1; r < boot.nranks(); ++r) {
-    for (std::size_t k = 0; k < std::size(kNames); ++k) {
-      std::uint64_t theirs, first;
-      std::memcpy(&theirs, reinterpret_cast<const char*>(&all[r]) + k * sizeof(std::uint64_t), sizeof theirs);
-      std::memcpy(&first, reinterpret_cast<const char*>(&all[0]) + k * sizeof(std::uint64_t), sizeof first);
-      if (theirs != first)
+  using Terms = std::array<std::uint64_t, std::size(kNames)>;
+  const Terms mine{p.staging_half,     p.chunk_bytes,   static_cast<std::uint64_t>(p.slots), p.latency_max_bytes,
+                   p.packets_per_pair, p.channel_bytes, p.direct_max_bytes,                   p.broadcast_direct_max_bytes,
+                   static_cast<std::uint64_t>(p.workers)};
+  std::vector<Terms> all(static_cast<std::size_t>(boot.nranks()));
+  PURLIN_TRY(boot.all_gather(mine.data(), sizeof(Terms), all.data()));
+  for (int r = 1; r < boot.nranks(); ++r)
+    for (std::size_t k = 0; k < mine.size(); ++k)
+      if (all[r][k] != all[0][k])
         return fail(Status::invalid_usage,
                     fmt::format("the ranks' policies differ: rank {} has {} {}, rank 0 has {}; set the PURLIN_* "
                                 "variables and PURLIN_POLICY_FILE alike for every rank",
-                                r, kNames[k], theirs, first));
-    }
-  }
+                                r, kNames[k], all[r][k], all[0][k]));
   return Status::ok;
 }
 

@@ -304,6 +304,20 @@ Op plan(const Op& op, const Policy& policy) {
   return direct;
 }
 
+// With one rank every collective leaves its input in its output, unless the reduction scales it
+// (PreMulSum): a copy, or nothing in place, as NCCL does. Reductions of one source in the datapath
+// convert through the accumulation type and back, which gives the same bits.
+bool one_rank_copy(const Op& op) {
+  if (op.in.size() != 1 || op.out.size() != 1 || op.in[0].bytes != op.out[0].bytes) return false;
+  switch (op.kind) {
+    case CollKind::all_reduce:
+    case CollKind::reduce:
+    case CollKind::reduce_scatter:
+    case CollKind::reduce_scatter_v: return op.op.kind != RedOpKind::premulsum;
+    default: return true;
+  }
+}
+
 }  // namespace
 
 Status Communicator::execute(const std::vector<Op>& ops, const std::vector<PeerOp>& p2p, void* stream) {
@@ -316,8 +330,12 @@ Status Communicator::execute(const std::vector<Op>& ops, const std::vector<PeerO
     set_failure(s, last_error(), false);  // the datapath reported it already
     return s;
   };
+  auto run = [&](const Op& op) {
+    if (nranks_ == 1 && one_rank_copy(op)) return executor_->copy_local(op.out[0].ptr, op.in[0].ptr, op.in[0].bytes, stream);
+    return executor_->execute(plan(op, policy_), stream);
+  };
   for (const Op& op : ops) {
-    Status s = executor_->execute(plan(op, policy_), stream);
+    Status s = run(op);
     if (s != Status::ok) return failed_with(s);
   }
   if (p2p.empty()) return Status::ok;
@@ -339,7 +357,7 @@ Status Communicator::execute(const std::vector<Op>& ops, const std::vector<PeerO
     else round(recvs[p.peer]++).out[p.peer] = Part{p.buf, p.bytes};
   }
   for (const Op& op : rounds) {
-    Status s = executor_->execute(op, stream);
+    Status s = run(op);
     if (s != Status::ok) return failed_with(s);
   }
   return Status::ok;

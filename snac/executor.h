@@ -17,6 +17,9 @@ class Executor {
   virtual ~Executor() = default;
   // Runs `op` for this rank; returns when it is complete (host) or enqueued on the stream (GPU).
   virtual Status execute(const Op& op, void* stream) = 0;
+  // A communicator of one rank: `bytes` from `src` to `dst` in the order of `stream` (the call's whole
+  // work, which needs no coordination); nothing to move when they are the same buffer.
+  virtual Status copy_local(char* dst, const char* src, std::uint64_t bytes, void* stream) = 0;
   // Any thread: makes every wait of this executor end with an error.
   virtual void abort() = 0;
   virtual const char* datapath() const = 0;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <system_error>
@@ -152,6 +153,14 @@ class HostExecutor final : public Executor {
       call.in = private_in.data();
     }
     return dispatch(op.kind, [&]<class D>() { return run<D>(call, name_of(op.kind)); });
+  }
+
+  Status copy_local(char* dst, const char* src, std::uint64_t bytes, void*) override {
+    if (abort_.load()) return fail(Status::remote_error, "the communicator was aborted");
+    if (dst != src) std::memmove(dst, src, bytes);
+    std::lock_guard<std::mutex> g(plan_m_);
+    last_plan_ = "OneRank_copy";
+    return Status::ok;
   }
 
   void abort() override { abort_.store(true); }

@@ -181,9 +181,20 @@ class SmExecutor final : public Executor {
       for (int i = 0; i < a.nin; ++i) a.in[i].ptr = copy_ + (op.in[i].ptr - op.in.front().ptr);
     }
     last_stream_used_ = true;
+    last_local_.store(false, std::memory_order_relaxed);
     last_kind_.store(op.kind, std::memory_order_relaxed);
     last_channels_.store(a.channels, std::memory_order_relaxed);
     return cuda::check(launch_snac(op.kind, a, stream), "launching the SNAC kernel");
+  }
+
+  Status copy_local(char* dst, const char* src, std::uint64_t bytes, void* stream) override {
+    if (*abort_host_) return fail(Status::remote_error, "the communicator was aborted");
+    if (*error_host_) return fail(Status::remote_error, "a previous operation of this communicator failed on the GPU");
+    last_local_.store(true, std::memory_order_relaxed);
+    if (dst == src || bytes == 0) return Status::ok;
+    last_stream_used_ = true;
+    return cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
+                       "cudaMemcpyAsync(one rank)");
   }
 
   void abort() override {
@@ -191,6 +202,7 @@ class SmExecutor final : public Executor {
   }
   const char* datapath() const override { return "sm"; }
   std::string last_plan() const override {
+    if (last_local_.load(std::memory_order_relaxed)) return "OneRank_copy";
     return fmt::format("{}_SMx{}ch", name_of(last_kind_.load(std::memory_order_relaxed)),
                        last_channels_.load(std::memory_order_relaxed));
   }
@@ -290,6 +302,7 @@ class SmExecutor final : public Executor {
   bool last_stream_used_ = false;
   std::atomic<CollKind> last_kind_{CollKind::all_reduce};
   std::atomic<int> last_channels_{0};
+  std::atomic<bool> last_local_{false};
 };
 
 }  // namespace

@@ -209,6 +209,21 @@ void vmm_free(VmmMapping* m) {
   *m = VmmMapping{};
 }
 
+Status vmm_grant_peers(const VmmMapping& m, int device) {
+  int count = 0;
+  PURLIN_TRY(check(cudaGetDeviceCount(&count), "cudaGetDeviceCount"));
+  for (int d = 0; d < count; ++d) {
+    int can = 0;
+    if (d == device || cudaDeviceCanAccessPeer(&can, d, device) != cudaSuccess || !can) continue;
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = d;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    PURLIN_TRY(drv(vmm().set_access(reinterpret_cast<CUdeviceptr>(m.ptr), m.bytes, &access, 1), "cuMemSetAccess(peer)"));
+  }
+  return Status::ok;
+}
+
 Status enable_peer_access(int device, int peer) {
   if (device == peer) return Status::ok;
   int can = 0;

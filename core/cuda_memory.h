@@ -43,6 +43,9 @@ Status vmm_export_fd(const VmmMapping& m, int* fd);
 Status vmm_import_fd(int fd, std::size_t bytes, int device, VmmMapping* out);
 // Unmaps and drops this process's reference (exported or imported).
 void vmm_free(VmmMapping* m);
+// Lets kernels of every other device that has peer access to `device` read and write the mapping
+// too (a mapping is accessible only to its own device at first), as NCCL grants for ncclMemAlloc.
+Status vmm_grant_peers(const VmmMapping& m, int device);
 
 // Lets kernels on the current device (`device`) read and write `peer`'s memory through plain
 // pointers, as ranks of one process on different GPUs need. Enabling twice is not an error; a

@@ -1,19 +1,25 @@
 // Memory for the GPU datapaths: ncclMemAlloc / ncclMemFree and buffer registration. On a GPU,
-// ncclMemAlloc returns device memory other processes can map (CUDA IPC); registrations and windows
-// are recorded and checked at deregistration, and the datapath stages their buffers like any other
-// (zero-staging through them is not built yet). Without a GPU these calls fail with NCCL's codes.
+// ncclMemAlloc returns a cuMem allocation, as NCCL's does: exportable to other processes as a file
+// descriptor and mapped for every device with peer access to it (cudaMalloc where the driver has no
+// such cuMem, or PURLIN_CUMEM=0). Registrations and windows are recorded and checked at
+// deregistration, and the datapath stages their buffers like any other (zero-staging through them
+// is not built yet). Without a GPU these calls fail with NCCL's codes.
 #include <mutex>
-#include <unordered_set>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
+#include "core/config.h"
 #include "core/cuda_probe.h"
+#include "core/log.h"
 #include "nccl_shim/argcheck.h"
 #include "nccl_shim/comm_work.h"
 #include "nccl_shim/shim.h"
 
 #if defined(PURLIN_HAVE_CUDA)
 #include <cuda_runtime_api.h>
+
+#include "core/cuda_memory.h"
 #endif
 
 using namespace purlin;
@@ -21,10 +27,17 @@ using namespace purlin::shim;
 
 namespace {
 
+// What ncclMemAlloc handed out: a cuMem mapping, or (ptr only) a cudaMalloc allocation.
+struct Allocation {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+  unsigned long long handle = 0;
+  bool cumem = false;
+};
 std::mutex g_alloc_mutex;
-std::unordered_set<void*>& allocations() {
-  static auto* set = new std::unordered_set<void*>();
-  return *set;
+std::unordered_map<void*, Allocation>& allocations() {
+  static auto* map = new std::unordered_map<void*, Allocation>();
+  return *map;
 }
 
 ncclResult_t needs_gpu(ncclComm* comm, const char* fn) {
@@ -54,45 +67,90 @@ ncclResult_t remove_registration(ncclComm* comm, const char* fn, void* handle, b
       comm->registrations.erase(it);
     }
   }
+  // NCCL answers an unknown registration handle with ncclInvalidUsage ("Could not find handle").
   if (!found)
-    return fail(comm, ncclInvalidArgument, fmt::format("{}: {} is not a registration of this communicator", fn, handle));
+    return fail(comm, window ? ncclInvalidArgument : ncclInvalidUsage,
+                fmt::format("{}: {} is not a registration of this communicator", fn, handle));
   delete found;
   return ncclSuccess;
 }
 
 }  // namespace
 
+#if defined(PURLIN_HAVE_CUDA)
+namespace {
+
+// A cuMem allocation on the current device, or false where this device, driver or configuration
+// has none (the caller falls back to cudaMalloc).
+bool cumem_alloc(std::size_t size, Allocation* out) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || config().cumem_disabled || !cuda::vmm_fd_supported(device)) {
+    cudaGetLastError();
+    return false;
+  }
+  cuda::VmmMapping m;
+  if (cuda::vmm_alloc(device, size, &m) != Status::ok) {
+    log::info(log::kAlloc, "ncclMemAlloc: cuMem allocation of {} bytes failed ({}); using cudaMalloc", size,
+              last_error());
+    return false;
+  }
+  if (cuda::vmm_grant_peers(m, device) != Status::ok) {
+    log::info(log::kAlloc, "ncclMemAlloc: peer access to a cuMem allocation failed ({}); using cudaMalloc",
+              last_error());
+    cuda::vmm_free(&m);
+    return false;
+  }
+  *out = Allocation{m.ptr, m.bytes, m.handle, true};
+  return true;
+}
+
+}  // namespace
+#endif
+
 NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
   if (ptr == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
   *ptr = nullptr;
-  if (size == 0) return fail(nullptr, ncclInvalidArgument, "ncclMemAlloc: size is 0");
   if (cuda_device_count() == 0)
     return fail(nullptr, ncclUnhandledCudaError, "ncclMemAlloc: no CUDA device is usable on this machine");
+  if (size == 0) return ncclSuccess;  // as NCCL (cudaMalloc of 0 bytes): success and a NULL pointer
 #if defined(PURLIN_HAVE_CUDA)
-  void* p = nullptr;
-  cudaError_t e = cudaMalloc(&p, size);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return fail(nullptr, ncclUnhandledCudaError,
-                fmt::format("ncclMemAlloc: cudaMalloc of {} bytes failed: {}", size, cudaGetErrorString(e)));
+  Allocation a;
+  if (!cumem_alloc(size, &a)) {
+    cudaError_t e = cudaMalloc(&a.ptr, size);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return fail(nullptr, ncclUnhandledCudaError,
+                  fmt::format("ncclMemAlloc: cudaMalloc of {} bytes failed: {}", size, cudaGetErrorString(e)));
+    }
+    a.bytes = size;
   }
   std::lock_guard<std::mutex> g(g_alloc_mutex);
-  allocations().insert(p);
-  *ptr = p;
+  allocations()[a.ptr] = a;
+  *ptr = a.ptr;
   return ncclSuccess;
 #else
   return fail(nullptr, ncclUnhandledCudaError, "ncclMemAlloc: this build has no CUDA runtime");
 #endif
 }
 
+// As NCCL's, it does not wait for work still using the memory: the caller synchronises first.
 NCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
   if (ptr == nullptr) return ncclSuccess;
+  Allocation a;
   {
     std::lock_guard<std::mutex> g(g_alloc_mutex);
-    if (allocations().erase(ptr) == 0)
+    auto it = allocations().find(ptr);
+    if (it == allocations().end())
       return fail(nullptr, ncclInvalidArgument, fmt::format("ncclMemFree: {} was not allocated by ncclMemAlloc", ptr));
+    a = it->second;
+    allocations().erase(it);
   }
 #if defined(PURLIN_HAVE_CUDA)
+  if (a.cumem) {
+    cuda::VmmMapping m{a.ptr, a.bytes, a.handle};
+    cuda::vmm_free(&m);
+    return ncclSuccess;
+  }
   cudaError_t e = cudaFree(ptr);
   if (e != cudaSuccess) {
     cudaGetLastError();

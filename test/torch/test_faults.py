@@ -1,4 +1,4 @@
-"""Faults under torch's watchdog, our library preloaded, 2 rank processes (rank_faults.py):
+"""Faults under torch's watchdog, our library preloaded, 2 and 4 rank processes (rank_faults.py):
 a rank that never arrives, and all_reduce with different counts on different ranks. Each must
 end in torch's watchdog error with ncclCommGetAsyncError and ncclCommAbort cooperating: the
 blocked ranks end within the launch's limit (abort returned and let them go), nothing is left
@@ -17,6 +17,7 @@ ENV = {
     "PURLIN_FAULT_HOLD_S": "20",
 }
 LIMIT_S = 75
+PARAMS = {"test_fault_absent_rank": harness.world_sizes(), "test_fault_mismatched_counts": harness.world_sizes()}
 WATCHDOG = re.compile(r"Watchdog caught collective operation timeout|timed out|NCCL error|ncclRemoteError|"
                       r"DistBackendError|ncclInternalError|ncclSystemError", re.IGNORECASE)
 
@@ -58,33 +59,34 @@ def _ended(rank) -> str:
     return f"exited with status {rank.returncode} after {rank.exited_after_s:.1f} s"
 
 
-def test_fault_absent_rank():
+def test_fault_absent_rank(world_size):
     harness.require_machine()
     if harness.backend() != "nccl":
         harness.skip("needs the nccl backend")
     harness.require_time(LIMIT_S)
-    launch = harness.launch("fault absent rank ws=2", "rank_faults.py", 2, preload=True, timeout_s=LIMIT_S,
-                            grace_s=LIMIT_S, extra_env={**ENV, "PURLIN_FAULT": "absent"})
-    absent, waiting = launch.ranks[0], launch.ranks[1]
+    launch = harness.launch(f"fault absent rank ws={world_size}", "rank_faults.py", world_size, preload=True,
+                            timeout_s=LIMIT_S, grace_s=LIMIT_S, extra_env={**ENV, "PURLIN_FAULT": "absent"})
+    absent, waiting = launch.ranks[0], launch.ranks[1:]
     checks = [_warm(launch)]
     # torch's watchdog reports the timeout and tears the process group down; whether the process
-    # then exits non-zero is torch's choice. What matters: it ended by itself, with that error.
-    checks.append(("the blocked rank was ended by the watchdog, not left hanging",
-                   not waiting.killed and bool(_watchdog_line(waiting)),
-                   f"{_ended(waiting)}; {_watchdog_line(waiting) or 'no watchdog error in its stderr'}"))
+    # then exits non-zero is torch's choice. What matters: each ended by itself, with that error.
+    ended = [r for r in waiting if not r.killed and _watchdog_line(r)]
+    checks.append(("every blocked rank was ended by the watchdog, not left hanging", len(ended) == len(waiting),
+                   "; ".join(f"rank {r.rank}: {_ended(r)}; {_watchdog_line(r) or 'no watchdog error in its stderr'}"
+                             for r in waiting)))
     destroyed = any(k == "PASS" and rest.startswith("the absent rank destroys") for k, rest in absent.lines)
     checks.append(("the absent rank destroyed its process group and exited 0",
                    not absent.killed and absent.returncode == 0 and destroyed, _ended(absent)))
     _verdicts(launch, checks)
 
 
-def test_fault_mismatched_counts():
+def test_fault_mismatched_counts(world_size):
     harness.require_machine()
     if harness.backend() != "nccl":
         harness.skip("needs the nccl backend")
     harness.require_time(LIMIT_S)
-    launch = harness.launch("fault mismatched counts ws=2", "rank_faults.py", 2, preload=True, timeout_s=LIMIT_S,
-                            grace_s=LIMIT_S, extra_env={**ENV, "PURLIN_FAULT": "mismatch"})
+    launch = harness.launch(f"fault mismatched counts ws={world_size}", "rank_faults.py", world_size, preload=True,
+                            timeout_s=LIMIT_S, grace_s=LIMIT_S, extra_env={**ENV, "PURLIN_FAULT": "mismatch"})
     checks = [_warm(launch)]
     hanging = [r for r in launch.ranks if r.killed]
     checks.append(("no rank left hanging", not hanging, "; ".join(f"rank {r.rank}: {_ended(r)}" for r in launch.ranks)))

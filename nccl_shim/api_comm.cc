@@ -55,6 +55,42 @@ ncclResult_t parse_config(const char* fn, const ncclConfig_t* config, Settings* 
     out->blocking = config->blocking == 1;
   }
   if (has(offsetof(ncclConfig_t, commName), sizeof(char*)) && config->commName) out->name = config->commName;
+  // The other fields tune NCCL's own kernels and network, which Purlin does not have; their values
+  // are still checked as NCCL checks them (a field beyond the caller's header is not read).
+  struct Rule {
+    const char* name;
+    std::size_t offset;
+    bool (*valid)(int);
+  };
+  const auto positive = [](int v) { return v > 0; };
+  const auto flag = [](int v) { return v == 0 || v == 1; };
+  const Rule rules[] = {
+      {"cgaClusterSize", offsetof(ncclConfig_t, cgaClusterSize), [](int v) { return v >= 0; }},
+      {"minCTAs", offsetof(ncclConfig_t, minCTAs), positive},
+      {"maxCTAs", offsetof(ncclConfig_t, maxCTAs), positive},
+      {"splitShare", offsetof(ncclConfig_t, splitShare), flag},
+      {"collnetEnable", offsetof(ncclConfig_t, collnetEnable), flag},
+      {"CTAPolicy", offsetof(ncclConfig_t, CTAPolicy),
+       [](int v) { return (v & ~(NCCL_CTA_POLICY_EFFICIENCY | NCCL_CTA_POLICY_ZERO)) == 0; }},
+      {"shrinkShare", offsetof(ncclConfig_t, shrinkShare), flag},
+      {"nvlsCTAs", offsetof(ncclConfig_t, nvlsCTAs), positive},
+      {"nChannelsPerNetPeer", offsetof(ncclConfig_t, nChannelsPerNetPeer), [](int v) { return v > 0 && v <= 64; }},
+      {"nvlinkCentricSched", offsetof(ncclConfig_t, nvlinkCentricSched), flag},
+  };
+  auto field = [&](std::size_t offset) {
+    int v = NCCL_CONFIG_UNDEF_INT;
+    if (has(offset, sizeof(int))) std::memcpy(&v, reinterpret_cast<const char*>(config) + offset, sizeof(int));
+    return v;
+  };
+  for (const Rule& r : rules) {
+    const int v = field(r.offset);
+    if (v != NCCL_CONFIG_UNDEF_INT && !r.valid(v))
+      return fail(nullptr, ncclInvalidArgument, fmt::format("{}: invalid config {} attribute value {}", fn, r.name, v));
+  }
+  const int min_ctas = field(offsetof(ncclConfig_t, minCTAs)), max_ctas = field(offsetof(ncclConfig_t, maxCTAs));
+  if (min_ctas != NCCL_CONFIG_UNDEF_INT && max_ctas != NCCL_CONFIG_UNDEF_INT && min_ctas > max_ctas)
+    return fail(nullptr, ncclInvalidArgument,
+                fmt::format("{}: invalid config min/max CTAs {}/{}: minCTAs exceeds maxCTAs", fn, min_ctas, max_ctas));
   return ncclSuccess;
 }
 

@@ -140,6 +140,20 @@ int main(int argc, char** argv) {
   ncclConfig_t cfg_magic = cfg([](ncclConfig_t& x) { x.magic = 0xbadc0de; });
   ncclConfig_t cfg_version = cfg([](ncclConfig_t& x) { x.version = 21300; });
   ncclConfig_t cfg_blocking = cfg([](ncclConfig_t& x) { x.blocking = 2; });
+  // Fields NCCL checks although Purlin has no use for them.
+  const std::vector<std::pair<std::string, ncclConfig_t>> bad_fields = {
+      {"cgaClusterSize -1", cfg([](ncclConfig_t& x) { x.cgaClusterSize = -1; })},
+      {"minCTAs 0", cfg([](ncclConfig_t& x) { x.minCTAs = 0; })},
+      {"maxCTAs -2", cfg([](ncclConfig_t& x) { x.maxCTAs = -2; })},
+      {"minCTAs 8 > maxCTAs 4", cfg([](ncclConfig_t& x) { x.minCTAs = 8; x.maxCTAs = 4; })},
+      {"splitShare 2", cfg([](ncclConfig_t& x) { x.splitShare = 2; })},
+      {"collnetEnable 2", cfg([](ncclConfig_t& x) { x.collnetEnable = 2; })},
+      {"CTAPolicy 8", cfg([](ncclConfig_t& x) { x.CTAPolicy = 8; })},
+      {"shrinkShare -1", cfg([](ncclConfig_t& x) { x.shrinkShare = -1; })},
+      {"nvlsCTAs 0", cfg([](ncclConfig_t& x) { x.nvlsCTAs = 0; })},
+      {"nChannelsPerNetPeer 65", cfg([](ncclConfig_t& x) { x.nChannelsPerNetPeer = 65; })},
+      {"nvlinkCentricSched 3", cfg([](ncclConfig_t& x) { x.nvlinkCentricSched = 3; })},
+  };
 
   const ncclResult_t A = ncclInvalidArgument, U = ncclInvalidUsage, OK = ncclSuccess;
   std::vector<Case> cases = {
@@ -308,6 +322,12 @@ int main(int argc, char** argv) {
          return ncclRecv(b, n, t, peer, m, kStream);
        }},
   };
+  for (const auto& [what, bad] : bad_fields) {
+    ncclConfig_t* config = const_cast<ncclConfig_t*>(&bad);
+    cases.push_back({"ncclCommInitRankConfig", "config " + what, A,
+                     [&out, &fresh, config] { return ncclCommInitRankConfig(&out, 1, fresh, 0, config); }});
+    cases.push_back({"ncclCommSplit", "config " + what, A, [&out, &comm, config] { return ncclCommSplit(comm, 0, 0, &out, config); }});
+  }
   for (const Coll& k : colls) {
     auto add = [&](const std::string& what, auto&& fn) { cases.push_back({k.fn, what, A, fn}); };
     const auto call = k.call;

@@ -84,10 +84,11 @@ namespace {
 // has none (the caller falls back to cudaMalloc).
 bool cumem_alloc(std::size_t size, Allocation* out) {
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || config().cumem_disabled || !cuda::vmm_fd_supported(device)) {
-    cudaGetLastError();
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();  // the cudaMalloc that follows reports the device's trouble
     return false;
   }
+  if (config().cumem_disabled || !cuda::vmm_fd_supported(device)) return false;
   cuda::VmmMapping m;
   if (cuda::vmm_alloc(device, size, &m) != Status::ok) {
     log::info(log::kAlloc, "ncclMemAlloc: cuMem allocation of {} bytes failed ({}); using cudaMalloc", size,

@@ -330,12 +330,11 @@ Status Communicator::execute(const std::vector<Op>& ops, const std::vector<PeerO
     set_failure(s, last_error(), false);  // the datapath reported it already
     return s;
   };
-  auto run = [&](const Op& op) {
-    if (nranks_ == 1 && one_rank_copy(op)) return executor_->copy_local(op.out[0].ptr, op.in[0].ptr, op.in[0].bytes, stream);
-    return executor_->execute(plan(op, policy_), stream);
-  };
+  // With one rank, a call that is a copy (one_rank_copy) is only that copy.
+  const bool alone = nranks_ == 1;
+  auto copy = [&](const Op& op) { return executor_->copy_local(op.out[0].ptr, op.in[0].ptr, op.in[0].bytes, stream); };
   for (const Op& op : ops) {
-    Status s = run(op);
+    Status s = alone && one_rank_copy(op) ? copy(op) : executor_->execute(plan(op, policy_), stream);
     if (s != Status::ok) return failed_with(s);
   }
   if (p2p.empty()) return Status::ok;
@@ -357,7 +356,7 @@ Status Communicator::execute(const std::vector<Op>& ops, const std::vector<PeerO
     else round(recvs[p.peer]++).out[p.peer] = Part{p.buf, p.bytes};
   }
   for (const Op& op : rounds) {
-    Status s = run(op);
+    Status s = alone && one_rank_copy(op) ? copy(op) : executor_->execute(op, stream);
     if (s != Status::ok) return failed_with(s);
   }
   return Status::ok;

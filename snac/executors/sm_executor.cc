@@ -160,8 +160,7 @@ class SmExecutor final : public Executor {
   }
 
   Status execute(const Op& op, void* stream_ptr) override {
-    if (*abort_host_) return fail(Status::remote_error, "the communicator was aborted");
-    if (*error_host_) return fail(Status::remote_error, "a previous operation of this communicator failed on the GPU");
+    PURLIN_TRY(refusal());
     auto stream = static_cast<cudaStream_t>(stream_ptr);
     KernelArgs a = args_;
     a.channels = channels_for(op);
@@ -188,8 +187,7 @@ class SmExecutor final : public Executor {
   }
 
   Status copy_local(char* dst, const char* src, std::uint64_t bytes, void* stream) override {
-    if (*abort_host_) return fail(Status::remote_error, "the communicator was aborted");
-    if (*error_host_) return fail(Status::remote_error, "a previous operation of this communicator failed on the GPU");
+    PURLIN_TRY(refusal());
     last_local_.store(true, std::memory_order_relaxed);
     if (dst == src || bytes == 0) return Status::ok;
     last_stream_used_ = true;
@@ -212,6 +210,13 @@ class SmExecutor final : public Executor {
   }
 
  private:
+  // Why no call may run any more: an abort, or an earlier call that failed on the GPU.
+  Status refusal() const {
+    if (*abort_host_) return fail(Status::remote_error, "the communicator was aborted");
+    if (*error_host_) return fail(Status::remote_error, "a previous operation of this communicator failed on the GPU");
+    return Status::ok;
+  }
+
   // Channels for one call: those of its largest part (part_channels), which the kernel cuts every
   // part by, each by its own size.
   int channels_for(const Op& op) const {

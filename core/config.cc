@@ -100,9 +100,12 @@ Config read_config() {
   bound_or_none("PURLIN_DIRECT_MAX_BYTES", &c.direct_max_bytes, &c.direct_disabled);
   bound_or_none("PURLIN_BROADCAST_DIRECT_MAX_BYTES", &c.broadcast_direct_max_bytes, &c.broadcast_direct_disabled);
   c.channel_bytes = bytes_or("PURLIN_CHANNEL_BYTES", env("PURLIN_CHANNEL_BYTES"));
+  bound_or_none("PURLIN_EXCHANGE_MAX_BYTES", &c.exchange_max_bytes, &c.exchange_disabled);
+  c.exchange_channel_bytes = bytes_or("PURLIN_EXCHANGE_CHANNEL_BYTES", env("PURLIN_EXCHANGE_CHANNEL_BYTES"));
   c.pdl_disabled = env("PURLIN_PDL") == "0";
   c.cumem_disabled = env("PURLIN_CUMEM") == "0";
   c.policy_file = env("PURLIN_POLICY_FILE");
+  c.stamps_path = env("PURLIN_STAMPS");
   std::string slots = env("PURLIN_SLOTS");
   if (!slots.empty()) {
     int s = std::atoi(slots.c_str());
@@ -114,6 +117,12 @@ Config read_config() {
     int v = std::atoi(channels.c_str());
     if (v >= 1 && v <= 64) c.channels = v;
     else log::warn("PURLIN_CHANNELS={} is not in 1..64; ignored", channels);
+  }
+  std::string exchange_channels = env("PURLIN_EXCHANGE_CHANNELS");
+  if (!exchange_channels.empty()) {
+    int v = std::atoi(exchange_channels.c_str());
+    if (v >= 1 && v <= 64) c.exchange_channels = v;
+    else log::warn("PURLIN_EXCHANGE_CHANNELS={} is not in 1..64; ignored", exchange_channels);
   }
   return c;
 }
@@ -142,9 +151,16 @@ void log_config(const Config& c) {
   else if (c.broadcast_direct_max_bytes)
     log::info(log::kEnv, "PURLIN_BROADCAST_DIRECT_MAX_BYTES set by environment to {}", c.broadcast_direct_max_bytes);
   if (c.channel_bytes) log::info(log::kEnv, "PURLIN_CHANNEL_BYTES set by environment to {}", c.channel_bytes);
+  if (c.exchange_disabled) log::info(log::kEnv, "PURLIN_EXCHANGE_MAX_BYTES=none: latency exchange disabled");
+  else if (c.exchange_max_bytes)
+    log::info(log::kEnv, "PURLIN_EXCHANGE_MAX_BYTES set by environment to {}", c.exchange_max_bytes);
+  if (c.exchange_channel_bytes)
+    log::info(log::kEnv, "PURLIN_EXCHANGE_CHANNEL_BYTES set by environment to {}", c.exchange_channel_bytes);
+  if (c.exchange_channels) log::info(log::kEnv, "PURLIN_EXCHANGE_CHANNELS set by environment to {}", c.exchange_channels);
   if (c.pdl_disabled) log::info(log::kEnv, "PURLIN_PDL=0: kernels launch without programmatic dependent launch");
   if (c.cumem_disabled) log::info(log::kEnv, "PURLIN_CUMEM=0: device memory is shared between processes by CUDA IPC");
   if (!c.policy_file.empty()) log::info(log::kEnv, "PURLIN_POLICY_FILE set by environment to {}", c.policy_file);
+  if (!c.stamps_path.empty()) log::info(log::kEnv, "PURLIN_STAMPS set by environment to {}", c.stamps_path);
   if (c.slots) log::info(log::kEnv, "PURLIN_SLOTS set by environment to {}", c.slots);
   if (c.channels) log::info(log::kEnv, "PURLIN_CHANNELS set by environment to {}", c.channels);
 }

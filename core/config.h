@@ -58,9 +58,14 @@ struct Config {
   std::uint64_t broadcast_direct_max_bytes = 0;  // PURLIN_BROADCAST_DIRECT_MAX_BYTES: Broadcast direct up to this
   bool broadcast_direct_disabled = false;        // PURLIN_BROADCAST_DIRECT_MAX_BYTES=none: Broadcast always composed
   std::uint64_t channel_bytes = 0;     // PURLIN_CHANNEL_BYTES: bytes of a call per SM channel
+  std::uint64_t exchange_max_bytes = 0;      // PURLIN_EXCHANGE_MAX_BYTES: latency exchange up to this per message
+  bool exchange_disabled = false;            // PURLIN_EXCHANGE_MAX_BYTES=none: no latency exchange
+  std::uint64_t exchange_channel_bytes = 0;  // PURLIN_EXCHANGE_CHANNEL_BYTES: bytes of a message per exchange channel
+  int exchange_channels = 0;                 // PURLIN_EXCHANGE_CHANNELS: the most CTAs of one exchange
   bool pdl_disabled = false;           // PURLIN_PDL=0: no programmatic dependent launch
   bool cumem_disabled = false;         // PURLIN_CUMEM=0: share device memory by legacy CUDA IPC only
   std::string policy_file;             // PURLIN_POLICY_FILE: a policy table (snac/policy.h) over the defaults
+  std::string stamps_path;             // PURLIN_STAMPS: where the GPU exchange writes its per-call timestamps
 };
 
 // The process-wide configuration, read on first use.

@@ -62,11 +62,15 @@ Status agree_on_policy(Bootstrap& boot, const Policy& p) {
                                            "channel bytes (PURLIN_CHANNEL_BYTES)",
                                            "direct bound (PURLIN_DIRECT_MAX_BYTES)",
                                            "Broadcast's direct bound (PURLIN_BROADCAST_DIRECT_MAX_BYTES)",
-                                           "channels (PURLIN_CHANNELS, or GPUs of different sizes)"};
+                                           "channels (PURLIN_CHANNELS, or GPUs of different sizes)",
+                                           "latency exchange bound (PURLIN_EXCHANGE_MAX_BYTES)",
+                                           "exchange channel bytes (PURLIN_EXCHANGE_CHANNEL_BYTES)",
+                                           "exchange channels (PURLIN_EXCHANGE_CHANNELS)"};
   using Terms = std::array<std::uint64_t, std::size(kNames)>;
   const Terms mine{p.staging_half,     p.chunk_bytes,   static_cast<std::uint64_t>(p.slots), p.latency_max_bytes,
                    p.packets_per_pair, p.channel_bytes, p.direct_max_bytes,                   p.broadcast_direct_max_bytes,
-                   static_cast<std::uint64_t>(p.workers)};
+                   static_cast<std::uint64_t>(p.workers), p.exchange_max_bytes, p.exchange_channel_bytes,
+                   static_cast<std::uint64_t>(p.exchange_channels)};
   std::vector<Terms> all(static_cast<std::size_t>(boot.nranks()));
   PURLIN_TRY(boot.all_gather(mine.data(), sizeof(Terms), all.data()));
   for (int r = 1; r < boot.nranks(); ++r)

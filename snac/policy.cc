@@ -39,6 +39,12 @@ constexpr std::uint64_t kTwoRankDirectMax = 4ull << 20;
 // Staging of all channels together (both halves) stays within this; fewer, larger windows keep
 // the table's size.
 constexpr std::uint64_t kStagingBudget = 256ull << 20;
+// The latency exchange's boxes on one rank (every channel, phase, parity and producer) stay within
+// this; with many ranks the largest exchanged message shrinks to fit.
+constexpr std::uint64_t kExchangeBudget = 32ull << 20;
+constexpr std::uint64_t kExchangeMaxBytes = 256ull << 10;
+constexpr std::uint64_t kExchangeChannelBytes = 4ull << 10;
+constexpr int kExchangeCtas = 128;
 
 struct TableEntry {
   DatapathKind datapath;
@@ -290,6 +296,22 @@ Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int c
                   c.channels ? "PURLIN_CHANNELS" : "the policy file", sharing, p.workers);
     }
   }
+  if (datapath == DatapathKind::sm) {
+    p.exchange_channel_bytes = c.exchange_channel_bytes ? std::max<std::uint64_t>(c.exchange_channel_bytes, 16) : kExchangeChannelBytes;
+    // The channels of all sharing ranks together stay near kExchangeCtas.
+    p.exchange_channels = c.exchange_channels ? c.exchange_channels : std::clamp(kExchangeCtas / std::max(1, sharing), 1, 64);
+    p.exchange_max_bytes = c.exchange_disabled ? 0 : c.exchange_max_bytes ? c.exchange_max_bytes : kExchangeMaxBytes;
+    // A box holds one channel's slice of the largest message, as LL packets (16 bytes per 8).
+    const std::uint64_t boxes = static_cast<std::uint64_t>(p.exchange_channels) * 4ull * static_cast<std::uint64_t>(std::max(nranks, 1));
+    const std::uint64_t slice_fit = (kExchangeBudget / boxes / 2) & ~std::uint64_t{15};
+    p.exchange_channel_bytes = std::min(p.exchange_channel_bytes, slice_fit);
+    p.exchange_max_bytes = std::min(p.exchange_max_bytes, slice_fit * static_cast<std::uint64_t>(p.exchange_channels));
+    if (nranks < 2) p.exchange_max_bytes = 0;
+  } else if (datapath == DatapathKind::host) {
+    // One channel; off unless PURLIN_EXCHANGE_MAX_BYTES asks for it.
+    p.exchange_channels = 1;
+    p.exchange_max_bytes = c.exchange_disabled || nranks < 2 ? 0 : c.exchange_max_bytes;
+  }
   if (datapath == DatapathKind::sm && !c.staging_bytes) {
     const std::uint64_t fit =
         (kStagingBudget / (2ull * static_cast<std::uint64_t>(std::max(p.workers, 1)))) & ~((64ull << 10) - 1);
@@ -299,9 +321,10 @@ Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int c
   log::info(log::kTune,
             "policy {} for {} ranks ({} on this GPU): staging {} B x2, chunk {} B, {} slots, latency path up to {} B, "
             "{} channels (one per {} B of a call; {} CTAs fit an SM), AllReduce and Reduce direct up to {} B, "
-            "Broadcast direct up to {} B",
+            "Broadcast direct up to {} B, latency exchange up to {} B ({} B per channel, at most {} channels)",
             p.name, nranks, sharing, p.staging_half, p.chunk_bytes, p.slots, p.latency_max_bytes, p.workers,
-            p.channel_bytes, ctas_per_sm, p.direct_max_bytes, p.broadcast_direct_max_bytes);
+            p.channel_bytes, ctas_per_sm, p.direct_max_bytes, p.broadcast_direct_max_bytes, p.exchange_max_bytes,
+            p.exchange_channel_bytes, p.exchange_channels);
   return p;
 }
 

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "atom/host/reduce_host.h"
+#include "atom/ll_packet.h"
 #include "atom/packet.h"
 #include "core/status.h"
 #include "core/types.h"
@@ -129,7 +131,75 @@ class HostAtom {
     return Status::ok;
   }
 
+  // ---- the latency exchange (snac/protocol/exchange.h), message after message ----
+  // Packet words are stored with release and loaded with acquire; each carries its own flag.
+
+  // Pushes every message f(d, LLSend&) names; contributions to a reduction (`reduces`) are
+  // scaled first under PreMulSum.
+  template <class F>
+  void push(int n, bool reduces, F&& f) const {
+    for (int i = 0; i < n; ++i) {
+      LLSend m{};
+      if (!f(i, m)) continue;
+      const char* src = m.src;
+      if (reduces && m.bytes && op_.kind == RedOpKind::premulsum) {
+        std::vector<char>& buf = scale_buffer(m.bytes);
+        scale_host(type_, op_, buf.data(), m.src, m.bytes / size_of(type_));
+        src = buf.data();
+      }
+      push_ll(m.dst, src, m.bytes, m.flag);
+    }
+  }
+  // Takes every message f(s, LLRecv&) names.
+  template <class F>
+  Status receive(int n, F&& f) const {
+    for (int i = 0; i < n; ++i) {
+      LLRecv m{};
+      if (f(i, m)) PURLIN_TRY(pull_ll(m.dst, m.src, m.bytes, m.flag));
+    }
+    return Status::ok;
+  }
+  // dst = the rank-ordered fold of `bytes` from every rank: `me`'s from `self` (scaled under
+  // PreMulSum), the others' from the packets f(s, LLRecv&) names.
+  template <class F>
+  Status fold(char* dst, std::uint64_t bytes, int me, const char* self, int n, F&& f) const {
+    std::vector<char>& buf = pull_buffer(static_cast<std::size_t>(n) * bytes);
+    const char* srcs[kMaxBatch];
+    ReduceOp by = op_;
+    for (int s = 0; s < n; ++s) {
+      char* into = buf.data() + static_cast<std::size_t>(s) * bytes;
+      if (s == me) {
+        srcs[s] = self;
+        if (op_.kind == RedOpKind::premulsum) {
+          scale_host(type_, op_, into, self, bytes / size_of(type_));
+          srcs[s] = into;
+        }
+        continue;
+      }
+      LLRecv m{};
+      f(s, m);
+      PURLIN_TRY(pull_ll(into, m.src, bytes, m.flag));
+      srcs[s] = into;
+    }
+    if (by.kind == RedOpKind::premulsum) by.kind = RedOpKind::sum;  // the contributions came scaled
+    reduce_host(type_, by, dst, reinterpret_cast<const void* const*>(srcs), n, bytes / size_of(type_));
+    return Status::ok;
+  }
+
  private:
+  void push_ll(LLPacket* dst, const char* src, std::uint64_t bytes, std::uint32_t flag) const;
+  Status pull_ll(char* dst, const LLPacket* src, std::uint64_t bytes, std::uint32_t flag) const;
+  // Why a wait that began at `start` must end now (a peer's fault, a failed sibling, abort, the
+  // time budget), or Status::ok to go on. `what` describes the wait for the timeout's message.
+  template <class What>
+  Status stalled(std::chrono::steady_clock::time_point start, What&& what) const;
+
+  static std::vector<char>& scale_buffer(std::size_t bytes) {
+    thread_local std::vector<char> buf;
+    if (buf.size() < bytes) buf.resize(bytes);
+    return buf;
+  }
+
   // wait(), also reading `watch` while it waits long (see PacketPull).
   Status wait_word(std::uint64_t* flag, std::uint64_t value, const std::uint64_t* watch) const;
   Status mismatched(const std::uint64_t* flag, std::uint64_t seen, std::uint64_t want) const;

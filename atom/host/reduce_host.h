@@ -14,4 +14,9 @@ namespace purlin {
 void reduce_host(DataType type, const ReduceOp& op, void* dst, const void* const* srcs, int nsrc,
                  std::size_t count);
 
+// dst[i] = src[i] scaled as a PreMulSum producer scales its contribution: widened, multiplied by
+// op's scalar in the accumulator type, rounded once to the element type (Reducer<T, premulsum>'s
+// first, then finish). dst may equal src.
+void scale_host(DataType type, const ReduceOp& op, void* dst, const void* src, std::size_t count);
+
 }  // namespace purlin

@@ -21,6 +21,7 @@
 #include "snac/dispatch.h"
 #include "snac/executor.h"
 #include "snac/protocol.h"
+#include "snac/protocol/exchange.h"
 
 namespace purlin::snac {
 namespace {
@@ -83,11 +84,22 @@ class HostExecutor final : public Executor {
     if (n > kMaxRanks)
       return fail(Status::invalid_usage, fmt::format("the host datapath serves at most {} ranks (asked for {})", kMaxRanks, n));
     geo_ = WindowGeometry::make(n, policy_.staging_half, policy_.packets_per_pair);
+    // The latency exchange's boxes (one channel) follow the window.
+    if (policy_.exchange_max_bytes) {
+      xctx_.box_packets = atom::ll_packets(policy_.exchange_max_bytes);
+      exchange_bytes_ = sizeof(atom::LLPacket) * xctx_.box_packets * exchange_boxes(n);
+    }
     segments_.resize(n);
-    PURLIN_TRY(ShmSegment::create(geo_.total, &segments_[me]));
+    PURLIN_TRY(ShmSegment::create(geo_.total + exchange_bytes_, &segments_[me]));
     PURLIN_TRY(exchange_windows(boot));
     windows_.resize(n);
     for (int r = 0; r < n; ++r) windows_[r] = Window::at(segments_[r].data(), geo_);
+    inbox_.resize(n);
+    for (int r = 0; r < n; ++r)
+      inbox_[r] = reinterpret_cast<atom::LLPacket*>(static_cast<char*>(segments_[r].data()) + geo_.total);
+    xctx_.rank = me;
+    xctx_.nranks = n;
+    xctx_.inbox = inbox_.data();
     state_ = std::make_unique<LocalState>();
     *state_ = LocalState{};
     scratch_.resize(static_cast<std::size_t>(n + 1) * policy_.latency_max_bytes + 64);
@@ -129,7 +141,7 @@ class HostExecutor final : public Executor {
     s = box->exchange(me, segments_[me].fd(), others, others, boxes, config().bootstrap_timeout_s,
                       [&boot] { return boot.stopped(); }, &got);
     for (const ReceivedFd& g : got) {
-      if (s == Status::ok) s = ShmSegment::map(g.fd, geo_.total, &segments_[g.from]);
+      if (s == Status::ok) s = ShmSegment::map(g.fd, geo_.total + exchange_bytes_, &segments_[g.from]);
       ::close(g.fd);
     }
     segments_[me].close_fd();
@@ -152,6 +164,7 @@ class HostExecutor final : public Executor {
       for (Part& p : private_in) p.ptr = copy_.data() + (p.ptr - op.in.front().ptr);
       call.in = private_in.data();
     }
+    if (exchanges(op)) return dispatch(op.kind, [&]<class D>() { return exchange<D>(call, name_of(op.kind)); });
     return dispatch(op.kind, [&]<class D>() { return run<D>(call, name_of(op.kind)); });
   }
 
@@ -171,6 +184,39 @@ class HostExecutor final : public Executor {
   }
 
  private:
+  // The latency exchange serves every collective but Send/Recv rounds (which not every rank calls)
+  // whose messages are all within the policy's bound.
+  bool exchanges(const Op& op) const {
+    if (!exchange_bytes_ || op.kind == CollKind::send_recv || op.kind == CollKind::reduce) return false;
+    for (const Part& p : op.in)
+      if (p.bytes > policy_.exchange_max_bytes) return false;
+    for (const Part& p : op.out)
+      if (p.bytes > policy_.exchange_max_bytes) return false;
+    return true;
+  }
+
+  template <class D>
+  Status exchange(const Call& call, const char* name) {
+    if constexpr (!exchange_declares<D>()) {
+      return fail(Status::internal_error, fmt::format("{} has no latency exchange", name));
+    } else {
+      std::atomic<bool> failed{false};
+      atom::WaitGuard guard{&abort_, &failed, timeout_s_, windows_[ctx_.rank].fault};
+      atom::HostAtom atom(call.type, call.op, guard);
+      xctx_.epoch = ++exchange_epoch_;
+      {
+        std::lock_guard<std::mutex> g(plan_m_);
+        last_plan_ = fmt::format("{}_LLxExchange", name);
+      }
+      const Status s = exchange_call<D>(atom, xctx_, call);
+      if (s != Status::ok) {
+        abort_.store(true);  // the ranks' exchanges are no longer in step
+        if (s == Status::invalid_usage) raise_fault(atom, ctx_, windows_.data(), s);
+      }
+      return s;
+    }
+  }
+
   template <class D>
   Status run(const Call& call, const char* name) {
     std::atomic<bool> failed{false};
@@ -240,6 +286,10 @@ class HostExecutor final : public Executor {
   std::vector<char> scratch_;
   std::vector<char> copy_;
   Context ctx_{};
+  std::uint64_t exchange_bytes_ = 0;
+  std::vector<atom::LLPacket*> inbox_;
+  ExchangeContext xctx_{};
+  std::uint64_t exchange_epoch_ = 0;
   std::atomic<bool> abort_{false};
   Worker workers_[2];
   mutable std::mutex plan_m_;

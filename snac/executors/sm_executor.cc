@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <memory>
 #include <vector>
@@ -20,7 +21,9 @@
 #include "core/fd_passing.h"
 #include "core/log.h"
 #include "snac/executor.h"
+#include "snac/executors/sm_exchange.h"
 #include "snac/executors/sm_kernel.h"
+#include "snac/protocol/exchange.h"
 
 namespace purlin::snac {
 namespace {
@@ -38,6 +41,10 @@ class SmExecutor final : public Executor {
     cuda::free(state_);
     cuda::free(scratch_);
     cuda::free(done_);
+    cuda::free(inbox_dev_);
+    cuda::free(exchange_epoch_);
+    write_stamps();
+    cuda::free(stamps_);
     if (copy_) cudaFree(copy_);
     for (void* p : retired_) cudaFree(p);
     cuda::host_mapped_free(flags_host_);
@@ -53,7 +60,17 @@ class SmExecutor final : public Executor {
       return fail(Status::invalid_usage, fmt::format("the SM datapath serves at most {} ranks (asked for {})", kMaxRanks, n));
     PURLIN_TRY(cuda::set_device(device_));
     geo_ = WindowGeometry::make(n, policy_.staging_half, policy_.packets_per_pair);
-    const std::uint64_t window_bytes = geo_.total * channels_;
+    // The latency exchange's boxes follow the channels' windows in the same allocation.
+    exchange_off_ = geo_.total * channels_;
+    if (policy_.exchange_max_bytes) {
+      // A box holds the largest slice of any message the exchange takes: a channel's share
+      // (exchange_channel_bytes) or, where the channels run out, the bound's slice.
+      const std::uint64_t share = (std::min(policy_.exchange_channel_bytes, policy_.exchange_max_bytes) + 15) / 16 * 16;
+      box_packets_ = atom::ll_packets(std::max(share, exchange_slice_bytes(policy_.exchange_max_bytes)));
+      exchange_bytes_ = sizeof(atom::LLPacket) * box_packets_ * exchange_boxes(n) *
+                        static_cast<std::uint64_t>(policy_.exchange_channels);
+    }
+    const std::uint64_t window_bytes = exchange_off_ + exchange_bytes_;
     PURLIN_TRY(alloc_window(boot, window_bytes));
     PURLIN_TRY(cuda::alloc(sizeof(LocalState) * channels_, reinterpret_cast<void**>(&state_)));
     scratch_bytes_ = (static_cast<std::uint64_t>(n) + 1) * policy_.latency_max_bytes + 256;
@@ -124,6 +141,17 @@ class SmExecutor final : public Executor {
     PURLIN_TRY(cuda::alloc(sizeof(Window) * windows.size(), reinterpret_cast<void**>(&windows_dev_)));
     PURLIN_TRY(cuda::check(cudaMemcpy(windows_dev_, windows.data(), sizeof(Window) * windows.size(), cudaMemcpyHostToDevice),
                            "cudaMemcpy(windows)"));
+    if (exchange_bytes_) {
+      std::vector<atom::LLPacket*> inbox(static_cast<std::size_t>(n));
+      for (int r = 0; r < n; ++r) inbox[r] = reinterpret_cast<atom::LLPacket*>(bases[r] + exchange_off_);
+      PURLIN_TRY(cuda::alloc(sizeof(atom::LLPacket*) * n, reinterpret_cast<void**>(&inbox_dev_)));
+      PURLIN_TRY(cuda::check(cudaMemcpy(inbox_dev_, inbox.data(), sizeof(atom::LLPacket*) * n, cudaMemcpyHostToDevice),
+                             "cudaMemcpy(exchange boxes)"));
+      PURLIN_TRY(cuda::alloc(sizeof(std::uint64_t) * kExchangeMaxChannels, reinterpret_cast<void**>(&exchange_epoch_)));
+      if (!config().stamps_path.empty())
+        PURLIN_TRY(cuda::alloc(sizeof(std::uint64_t) * kExchangeStamps * kExchangeStampCalls,
+                               reinterpret_cast<void**>(&stamps_)));
+    }
     // cudaMemset of the allocations above runs on the legacy stream: finish it before any kernel.
     PURLIN_TRY(cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
     PURLIN_TRY(boot.barrier());  // every peer has mapped every window
@@ -145,11 +173,20 @@ class SmExecutor final : public Executor {
                                 reinterpret_cast<const volatile std::uint64_t*>(static_cast<char*>(window_) + geo_.fault_off)};
     args_.done = done_;
     args_.one_gpu = args.one_gpu;
+    xargs_.rank = me;
+    xargs_.nranks = n;
+    xargs_.box_packets = box_packets_;
+    xargs_.inbox = inbox_dev_;
+    xargs_.epoch = exchange_epoch_;
+    xargs_.win = windows_dev_;
+    xargs_.guard = args_.guard;
+    xargs_.stamps = stamps_;
     // Programmatic dependent launch (Hopper and newer): the next kernel launches while this one
     // finishes, and waits on the GPU for it to complete.
     int major = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_);
     args_.pdl = major >= 9 && !config().pdl_disabled;
+    xargs_.pdl = args_.pdl;
     log::info(log::kInit,
               "SM datapath: rank {}/{} on device {}, {} channels x {} B windows shared by {}, policy {}, flags at {} "
               "scope{}",
@@ -162,6 +199,17 @@ class SmExecutor final : public Executor {
   Status execute(const Op& op, void* stream_ptr) override {
     PURLIN_TRY(refusal());
     auto stream = static_cast<cudaStream_t>(stream_ptr);
+    ExchangeArgs x;
+    int threads = 0;
+    if (exchange_plan(op, &x, &threads)) {
+      last_stream_used_ = true;
+      last_local_.store(false, std::memory_order_relaxed);
+      last_exchange_.store(true, std::memory_order_relaxed);
+      last_kind_.store(op.kind, std::memory_order_relaxed);
+      last_channels_.store(x.channels, std::memory_order_relaxed);
+      return cuda::check(launch_exchange(op.kind, x, threads, stream), "launching the exchange kernel");
+    }
+    last_exchange_.store(false, std::memory_order_relaxed);
     KernelArgs a = args_;
     a.channels = channels_for(op);
     a.least_part_channels = least_part_channels(op);
@@ -201,6 +249,9 @@ class SmExecutor final : public Executor {
   const char* datapath() const override { return "sm"; }
   std::string last_plan() const override {
     if (last_local_.load(std::memory_order_relaxed)) return "OneRank_copy";
+    if (last_exchange_.load(std::memory_order_relaxed))
+      return fmt::format("{}_LLxExchangex{}ch", name_of(last_kind_.load(std::memory_order_relaxed)),
+                         last_channels_.load(std::memory_order_relaxed));
     return fmt::format("{}_SMx{}ch", name_of(last_kind_.load(std::memory_order_relaxed)),
                        last_channels_.load(std::memory_order_relaxed));
   }
@@ -210,11 +261,102 @@ class SmExecutor final : public Executor {
   }
 
  private:
+  // PURLIN_STAMPS=PREFIX: the exchange's stamps of channel 0, one line per call (its epoch, then
+  // globaltimer nanoseconds: entry, start of work, the end of every Atom step, the end; 0 where a
+  // call had fewer steps), into PREFIX.RANK.
+  void write_stamps() const {
+    if (!stamps_) return;
+    std::vector<std::uint64_t> t(static_cast<std::size_t>(kExchangeStamps) * kExchangeStampCalls);
+    if (cudaMemcpy(t.data(), stamps_, sizeof(std::uint64_t) * t.size(), cudaMemcpyDeviceToHost) != cudaSuccess) return;
+    const std::string path = fmt::format("{}.{}", config().stamps_path, xargs_.rank);
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (!f) return;
+    for (int e = 0; e < kExchangeStampCalls; ++e) {
+      const std::uint64_t* row = &t[static_cast<std::size_t>(e) * kExchangeStamps];
+      if (!row[0]) continue;
+      std::fprintf(f, "%d", e);
+      for (int i = 0; i < kExchangeStamps; ++i) std::fprintf(f, " %llu", static_cast<unsigned long long>(row[i]));
+      std::fprintf(f, "\n");
+    }
+    std::fclose(f);
+  }
+
   // Why no call may run any more: an abort, or an earlier call that failed on the GPU.
   Status refusal() const {
     if (*abort_host_) return fail(Status::remote_error, "the communicator was aborted");
     if (*error_host_) return fail(Status::remote_error, "a previous operation of this communicator failed on the GPU");
     return Status::ok;
+  }
+
+  // One channel's slice of the largest message the exchange takes (exchange_slice's rounding).
+  std::uint64_t exchange_slice_bytes(std::uint64_t largest) const {
+    const int channels = exchange_channels_for(largest);
+    return exchange_slice(Part{nullptr, largest}, 0, channels).bytes;
+  }
+  int exchange_channels_for(std::uint64_t largest) const {
+    const std::uint64_t per = std::max<std::uint64_t>(policy_.exchange_channel_bytes, 16);
+    const std::uint64_t want = (largest + per - 1) / per;
+    return static_cast<int>(std::clamp<std::uint64_t>(want, 1, static_cast<std::uint64_t>(policy_.exchange_channels)));
+  }
+
+  // Whether the latency exchange runs `op`: a collective it has a kernel for, every message within
+  // the policy's bound, and buffers laid out as the shim lays out uniform calls (the kernel derives
+  // every part from a base and a size; the check compares them with op's). Fills *x and *threads.
+  bool exchange_plan(const Op& op, ExchangeArgs* x, int* threads) const {
+    if (!exchange_bytes_ || !exchange_serves(op.kind) || op.in.empty() || op.out.empty()) return false;
+    std::uint64_t largest = 0;
+    for (const Part& p : op.in) largest = std::max(largest, p.bytes);
+    for (const Part& p : op.out) largest = std::max(largest, p.bytes);
+    if (largest == 0 || largest > policy_.exchange_max_bytes) return false;
+    const int n = xargs_.nranks;
+    using Form = UniformSide::Form;
+    const auto side = [&](const std::vector<Part>& parts, Form form) {
+      UniformSide u;
+      u.form = form;
+      u.base = parts.front().ptr;
+      u.elem = static_cast<std::uint32_t>(size_of(op.type));
+      if (form == Form::shards) {
+        for (const Part& p : parts) u.bytes += p.bytes;
+        // The shim's shards start on 256-byte boundaries (nccl_shim/api_coll.cc).
+        u.align_elems = std::max<std::uint64_t>(1, 256 / u.elem);
+      } else {
+        u.bytes = parts.front().bytes;
+      }
+      return u;
+    };
+    Form fin = Form::packed, fout = Form::packed;
+    switch (op.kind) {
+      case CollKind::all_reduce: fin = fout = Form::shards; break;
+      case CollKind::reduce_scatter: fin = Form::blocks; break;
+      case CollKind::all_gather: fout = Form::blocks; break;
+      case CollKind::all_to_all: fin = fout = Form::blocks; break;
+      case CollKind::gather: fout = Form::blocks; break;
+      case CollKind::scatter: fin = Form::blocks; break;
+      default: break;  // the direct forms: packed to packed
+    }
+    ExchangeArgs a = xargs_;
+    a.in = side(op.in, fin);
+    a.out = side(op.out, fout);
+    if (static_cast<std::size_t>(a.in.parts(n)) != op.in.size() || static_cast<std::size_t>(a.out.parts(n)) != op.out.size())
+      return false;
+    for (int k = 0; k < a.in.parts(n); ++k) {
+      const Part p = a.in.part(k, n);
+      if (p.bytes != op.in[k].bytes || (p.bytes && p.ptr != op.in[k].ptr)) return false;
+    }
+    for (int k = 0; k < a.out.parts(n); ++k) {
+      const Part p = a.out.part(k, n);
+      if (p.bytes != op.out[k].bytes || (p.bytes && p.ptr != op.out[k].ptr)) return false;
+    }
+    a.channels = exchange_channels_for(largest);
+    a.root = op.root;
+    a.type = op.type;
+    a.op = op.op;
+    // A thread per batch of words of a channel's slice (atom::ll_batch_words), in whole warps.
+    const std::uint64_t packets = atom::ll_packets(exchange_slice(Part{nullptr, largest}, 0, a.channels).bytes);
+    const std::uint64_t per = static_cast<std::uint64_t>(atom::ll_batch_words(n - 1));
+    *threads = static_cast<int>(std::clamp<std::uint64_t>(((packets + per - 1) / per + 31) / 32 * 32, 32, kExchangeMaxThreads));
+    *x = a;
+    return true;
   }
 
   // Channels for one call: those of its largest part (part_channels), which the kernel cuts every
@@ -293,6 +435,12 @@ class SmExecutor final : public Executor {
   char* scratch_ = nullptr;
   std::uint64_t scratch_bytes_ = 0;
   unsigned* done_ = nullptr;
+  std::uint64_t exchange_off_ = 0, exchange_bytes_ = 0, box_packets_ = 0;
+  atom::LLPacket** inbox_dev_ = nullptr;
+  std::uint64_t* stamps_ = nullptr;
+  std::uint64_t* exchange_epoch_ = nullptr;
+  ExchangeArgs xargs_{};
+  std::atomic<bool> last_exchange_{false};
   char* copy_ = nullptr;
   std::uint64_t copy_bytes_ = 0;
   void* flags_host_ = nullptr;

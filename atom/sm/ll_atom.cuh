@@ -1,0 +1,479 @@
+// The SM datapath's Atom for the latency exchange (snac/protocol/exchange.h): packets of
+// atom/ll_packet.h pushed into peers' boxes and polled in one's own.
+//
+// Every thread of the CTA calls each method (control flow is uniform). Each method gives word p of
+// every message (8 payload bytes, one packet) to thread p % blockDim.x, the same in every method,
+// which is what in-place calls rely on (exchange.h). A method's only barrier is the one that
+// publishes its message table, and the one that agrees on its outcome.
+//
+// Memory ordering:
+//  - push: one 16-byte volatile store per packet; each of its 8-byte words carries payload and flag,
+//    and 8-byte stores are single-copy atomic, so a reader needs no fence.
+//  - receive, fold: volatile 16-byte loads until both words carry the awaited flag; the packets of
+//    every peer for one word are loaded together, then re-polled until all have arrived.
+//  - The caller's buffers are read and written with plain accesses: the kernel's launch orders
+//    them after the stream's earlier work, and its end before the later.
+// Every spin checks the communicator's abort word, the rank's fault word and a time budget every
+// 1024 iterations (atom/sm/sm_atom.cuh's rules).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "atom/ll_packet.h"
+#include "atom/sm/sm_atom.cuh"
+
+namespace purlin::atom {
+
+__device__ __forceinline__ void st_ll(LLPacket* p, std::uint64_t lo, std::uint64_t hi) {
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(lo), "l"(hi) : "memory");
+}
+__device__ __forceinline__ void ld_ll(const LLPacket* p, std::uint64_t* lo, std::uint64_t* hi) {
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(*lo), "=l"(*hi) : "l"(p) : "memory");
+}
+
+// Word p (8 bytes) of a buffer of `bytes`, zero past its end; any alignment.
+__device__ __forceinline__ std::uint64_t ll_load_word(const char* src, std::uint64_t p, std::uint64_t bytes) {
+  if ((p + 1) * 8 <= bytes && (reinterpret_cast<std::uintptr_t>(src) & 7) == 0)
+    return reinterpret_cast<const std::uint64_t*>(src)[p];
+  std::uint64_t v = 0;
+  for (std::uint64_t b = 0; b < 8 && p * 8 + b < bytes; ++b)
+    v |= static_cast<std::uint64_t>(static_cast<unsigned char>(src[p * 8 + b])) << (8 * b);
+  return v;
+}
+__device__ __forceinline__ void ll_store_word(char* dst, std::uint64_t p, std::uint64_t bytes, std::uint64_t v) {
+  if ((p + 1) * 8 <= bytes && (reinterpret_cast<std::uintptr_t>(dst) & 7) == 0) {
+    reinterpret_cast<std::uint64_t*>(dst)[p] = v;
+    return;
+  }
+  for (std::uint64_t b = 0; b < 8 && p * 8 + b < bytes; ++b) dst[p * 8 + b] = static_cast<char>(v >> (8 * b));
+}
+
+// A producer's own contribution as PreMulSum sends it: every element scaled by the rank's scalar
+// and rounded to the element type (Reducer<T, premulsum>'s first, then finish).
+template <class R>
+struct ScaleWord {
+  R r;
+  __device__ __forceinline__ std::uint64_t operator()(std::uint64_t w) const {
+    WordFold<R, 8> f;
+    f.first(r, w);
+    return f.template finish<std::uint64_t>(r);
+  }
+};
+struct SameWord {
+  __device__ __forceinline__ std::uint64_t operator()(std::uint64_t w) const { return w; }
+};
+
+// Calls f(fold, scale) for the run-time type and operator: `fold` the Reducer the consumer folds
+// with, `scale` what a producer applies to its own words first (PreMulSum: scale, then sum).
+template <class F>
+__device__ __forceinline__ void with_exchange_reducer(DataType type, const ReduceOp& op, F&& f) {
+  auto by_op = [&](auto tag_t) {
+    constexpr DataType T = decltype(tag_t)::value;
+    switch (op.kind) {
+      case RedOpKind::sum: return f(Reducer<T, RedOpKind::sum>(op), SameWord{});
+      case RedOpKind::prod: return f(Reducer<T, RedOpKind::prod>(op), SameWord{});
+      case RedOpKind::max: return f(Reducer<T, RedOpKind::max>(op), SameWord{});
+      case RedOpKind::min: return f(Reducer<T, RedOpKind::min>(op), SameWord{});
+      case RedOpKind::avg: return f(Reducer<T, RedOpKind::avg>(op), SameWord{});
+      case RedOpKind::premulsum:
+        return f(Reducer<T, RedOpKind::sum>(op), ScaleWord<Reducer<T, RedOpKind::premulsum>>{Reducer<T, RedOpKind::premulsum>(op)});
+    }
+  };
+  switch (type) {
+#define PURLIN_TYPE_CASE(t) \
+  case DataType::t: return by_op(std::integral_constant<DataType, DataType::t>{});
+    PURLIN_TYPE_CASE(int8)
+    PURLIN_TYPE_CASE(uint8)
+    PURLIN_TYPE_CASE(int32)
+    PURLIN_TYPE_CASE(uint32)
+    PURLIN_TYPE_CASE(int64)
+    PURLIN_TYPE_CASE(uint64)
+    PURLIN_TYPE_CASE(f16)
+    PURLIN_TYPE_CASE(f32)
+    PURLIN_TYPE_CASE(f64)
+    PURLIN_TYPE_CASE(bf16)
+    PURLIN_TYPE_CASE(f8e4m3)
+    PURLIN_TYPE_CASE(f8e5m2)
+#undef PURLIN_TYPE_CASE
+  }
+}
+
+// The CTA's shared memory for the exchange's message tables (kernel-owned).
+struct LLTables {
+  LLSend send[kMaxBatch];
+  LLRecv recv[kMaxBatch];
+  int send_live[kMaxBatch];
+  int recv_live[kMaxBatch];
+  std::uint64_t send_packets, recv_packets;  // the most packets of any live message of each table
+  int sends, recvs;                          // live messages of each table
+  int start;                                 // the outcome of the first step's start, for the CTA
+};
+
+// How the first step of a call starts (the kernel's part): with programmatic dependent launch the
+// kernel runs ahead of the previous one on its stream and builds its tables for the epoch it
+// expects; the first step then waits for that kernel to complete, reads the channel's epoch word
+// and, when it holds the expected epoch less one, takes the call's epoch and goes on (otherwise
+// ll_restart: the tables are built again for the epoch the word holds).
+struct LLStart {
+  bool pdl = false;
+  std::uint64_t* epoch = nullptr;  // the channel's epoch word (calls so far)
+  std::uint64_t expected = 0;      // the epoch the tables were built for
+};
+inline constexpr int ll_restart = -1;
+
+// `Fixed` (a Reducer<T, K>, or void): the one type and operator the folds are compiled for, or, with
+// void, every one, chosen at run time. `Reduces`: whether the kernel has reductions at all (a copy's
+// kernel compiles neither folds nor PreMulSum's scaling).
+//
+// The steps are deferred: push() and copy() only record their messages, and the receive() or fold()
+// that follows runs the whole phase, so that everything but the data waits for no one: the tables
+// are built before the previous kernel has completed, and every load of a thread's words is in
+// flight at once (a load per word, then a store per word, would pay the memory's latency per word).
+template <class Fixed = void, bool Reduces = true>
+class LLAtom {
+ public:
+  static constexpr int kGroup = kLLGroup;
+
+  // `stamps` (may be null): where thread 0 records the globaltimer as the start and each phase end.
+  __device__ LLAtom(DataType type, const ReduceOp& op, SmGuard guard, SmCtaWords* cta, LLTables* tables,
+                    const LLStart& start, std::uint64_t* stamps = nullptr)
+      : type_(type), op_(op), guard_(guard), cta_(cta), t_(tables), start_(start), stamps_(stamps),
+        begin_(global_ns()) {}
+
+  // The messages f(d, LLSend&) names, pushed by the next receive() or fold(). `reduces`: they are
+  // contributions to a reduction, which PreMulSum scales at their producer.
+  template <class F>
+  __device__ void push(int n, bool reduces, F&& f) {
+    __syncthreads();  // the previous phase's readers of the tables are done
+    for (int i = threadIdx.x; i < n; i += blockDim.x) t_->send_live[i] = f(i, t_->send[i]) ? 1 : 0;
+    scale_ = reduces && op_.kind == RedOpKind::premulsum;
+    sends_ = n;
+    copy_ = Copy{};
+  }
+
+  // dst = src (this rank's own part), done by the next receive(); nothing when they are the same.
+  __device__ void copy(char* dst, const char* src, std::uint64_t bytes) {
+    if (dst != src) copy_ = Copy{dst, src, bytes};
+  }
+
+  // Takes every message f(s, LLRecv&) names into its destination (empty ones: awaited only).
+  template <class F>
+  __device__ Status receive(int n, F&& f) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) t_->recv_live[i] = f(i, t_->recv[i]) ? 1 : 0;
+    recvs_ = n;
+    return run(nullptr, 0, -1, nullptr);
+  }
+
+  // dst = the rank-ordered fold of `bytes` from every rank: this rank's (`me`) read from `self`,
+  // the others' from the packets f(s, LLRecv&) names (s != me).
+  template <class F>
+  __device__ Status fold(char* dst, std::uint64_t bytes, int me, const char* self, int n, F&& f) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) t_->recv_live[i] = f(i, t_->recv[i]) ? 1 : 0;
+    recvs_ = n;
+    return run(dst, bytes, me, self);
+  }
+
+ private:
+  struct Copy {
+    char* dst = nullptr;
+    const char* src = nullptr;
+    std::uint64_t bytes = 0;
+  };
+
+  // Packets one thread awaits together: their addresses and flags, and the payloads once there.
+  struct Pending {
+    const LLPacket* src[kGroup];
+    std::uint32_t flag[kGroup];
+    int tag[kGroup];  // message * kGroup + word of the batch
+    std::uint64_t data[kGroup];
+    int count = 0;
+    __device__ void add(const LLPacket* p, std::uint32_t f, int t) {
+      src[count] = p;
+      flag[count] = f;
+      tag[count] = t;
+      ++count;
+    }
+  };
+
+  // One phase: the tables' totals, the start (first phase only), the pushes, the own copy, then the
+  // receive or the fold (`fold_dst` non-null).
+  __device__ Status run(char* fold_dst, std::uint64_t fold_bytes, int me, const char* self) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      std::uint64_t most = 0;
+      int live = 0;
+      for (int i = 0; i < sends_; ++i)
+        if (t_->send_live[i]) {
+          most = ll_packets(t_->send[i].bytes) > most ? ll_packets(t_->send[i].bytes) : most;
+          ++live;
+        }
+      t_->send_packets = most;
+      t_->sends = live;
+      most = 0;
+      live = 0;
+      for (int i = 0; i < recvs_; ++i)
+        if (t_->recv_live[i]) {
+          most = ll_packets(t_->recv[i].bytes) > most ? ll_packets(t_->recv[i].bytes) : most;
+          ++live;
+        }
+      t_->recv_packets = most;
+      t_->recvs = live;
+    }
+    __syncthreads();
+    // The first phase starts inside push_words: its first loads are in flight while the epoch is
+    // checked.
+    int begun = 0;
+    if constexpr (Reduces && std::is_void_v<Fixed>) {
+      if (scale_) with_exchange_reducer(type_, op_, [&](const auto&, const auto& scale) { begun = push_words(scale); });
+      else begun = push_words(SameWord{});
+    } else {
+      begun = push_words(SameWord{});
+    }
+    // ll_restart is no Status: the kernel builds the tables again.
+    if (begun) return static_cast<Status>(begun);
+    if (copy_.bytes)
+      for (std::uint64_t p = threadIdx.x; p * 8 < copy_.bytes; p += blockDim.x)
+        ll_store_word(copy_.dst, p, copy_.bytes, ll_load_word(copy_.src, p, copy_.bytes));
+    stamp();
+    int result = 0;
+    if (fold_dst == nullptr) {
+      result = receive_words();
+    } else if constexpr (!Reduces) {
+      result = static_cast<int>(Status::internal_error);  // a copy's kernel has no fold
+    } else if constexpr (std::is_void_v<Fixed>) {
+      with_exchange_reducer(type_, op_, [&](const auto& r, const auto& scale) {
+        result = fold_words(r, scale, fold_dst, fold_bytes, me, self);
+      });
+    } else {
+      result = fold_words(Fixed(op_), SameWord{}, fold_dst, fold_bytes, me, self);
+    }
+    stamp();
+    return agree(result);
+  }
+
+  // The first phase's start (LLStart), between the first loads of this thread's words and their
+  // stores: 0, or ll_restart, for the whole CTA. The epoch word is written without a fence: the next
+  // kernel reads it early only to guess (and reads it again after its wait).
+  __device__ int begin() {
+    started_ = true;
+    if (threadIdx.x == 0) {
+      const std::uint64_t seen = *static_cast<volatile std::uint64_t*>(start_.epoch) + 1;
+      t_->start = seen == start_.expected ? 0 : ll_restart;
+      if (seen == start_.expected) *start_.epoch = seen;
+    }
+    __syncthreads();
+    // The next kernel of the stream may launch now: it builds its tables while this one runs, and
+    // waits for this one to complete before it touches anything this one writes.
+#if __CUDA_ARCH__ >= 900
+    if (start_.pdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+    stamp();
+    return t_->start;
+  }
+
+  // This thread's words of every message to push: kGroup (message, word) slots per batch, every
+  // load in flight before the stores (the slots are unrolled, so the words stay in registers). In
+  // the first phase the start (begin) sits between the first batch's loads and its stores: the
+  // loads are the user's data and wait for the previous kernel, which griddepcontrol.wait covers,
+  // so the wait comes first. Returns begin()'s outcome.
+  template <class Scale>
+  __device__ int push_words(const Scale& scale) {
+    const std::uint64_t packets = t_->send_packets;
+    const int per = ll_batch_words(t_->sends);
+    const int span = kGroup / per;  // messages per batch
+    const std::uint64_t stride = blockDim.x;
+    int begun = 0;
+    bool first = !started_;
+    if (first) {
+#if __CUDA_ARCH__ >= 900
+      if (start_.pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    }
+    for (std::uint64_t p0 = threadIdx.x; p0 < packets || first; p0 += stride * static_cast<std::uint64_t>(per)) {
+      for (int m0 = 0; m0 < sends_ || first; m0 += span) {
+        std::uint64_t v[kGroup];
+        bool valid[kGroup];
+#pragma unroll
+        for (int k = 0; k < kGroup; ++k) {
+          const int m = m0 + k / per;
+          const std::uint64_t p = p0 + static_cast<std::uint64_t>(k % per) * stride;
+          valid[k] = m < sends_ && p < packets && t_->send_live[m] && p < ll_packets(t_->send[m].bytes);
+          v[k] = valid[k] && t_->send[m].bytes ? ll_load_word(t_->send[m].src, p, t_->send[m].bytes) : 0;
+        }
+        if (first) {
+          first = false;
+          if ((begun = begin()) != 0) return begun;
+        }
+#pragma unroll
+        for (int k = 0; k < kGroup; ++k) {
+          if (!valid[k]) continue;
+          const LLSend& s = t_->send[m0 + k / per];
+          const std::uint64_t p = p0 + static_cast<std::uint64_t>(k % per) * stride;
+          const std::uint64_t w = s.bytes ? scale(v[k]) : 0;
+          st_ll(s.dst + p, ll_word(ll_word_data(w), s.flag), ll_word(static_cast<std::uint32_t>(w >> 32), s.flag));
+        }
+      }
+    }
+    return 0;
+  }
+
+  // This thread's words of every message to take, kGroup packets awaited at once.
+  __device__ int receive_words() {
+    const std::uint64_t packets = t_->recv_packets;
+    const int per = ll_batch_words(t_->recvs);
+    const std::uint64_t stride = blockDim.x;
+    for (std::uint64_t p0 = threadIdx.x; p0 < packets; p0 += stride * static_cast<std::uint64_t>(per)) {
+      for (int m0 = 0; m0 < recvs_;) {
+        Pending w;
+        int m = m0;
+        for (; m < recvs_ && (w.count + per <= kGroup || w.count == 0); ++m) {
+          if (!t_->recv_live[m]) continue;
+          for (int u = 0; u < per; ++u) {
+            const std::uint64_t p = p0 + static_cast<std::uint64_t>(u) * stride;
+            if (p < ll_packets(t_->recv[m].bytes)) w.add(t_->recv[m].src + p, t_->recv[m].flag, m * kGroup + u);
+          }
+        }
+        m0 = m;
+        if (int e = await(w)) return e;
+        for (int k = 0; k < w.count; ++k) {
+          const LLRecv& r = t_->recv[w.tag[k] / kGroup];
+          const std::uint64_t p = p0 + static_cast<std::uint64_t>(w.tag[k] % kGroup) * stride;
+          if (p * 8 < r.bytes) ll_store_word(r.dst, p, r.bytes, w.data[k]);
+        }
+      }
+    }
+    return 0;
+  }
+
+  // The fold: this thread's words in batches, this rank's own words loaded first, every peer's
+  // packets of a batch awaited together (kGroup at most), then folded in rank order.
+  template <class R, class Scale>
+  __device__ int fold_words(const R& r, const Scale& scale, char* dst, std::uint64_t bytes, int me, const char* self) {
+    const int n = recvs_;
+    const std::uint64_t packets = ll_packets(bytes);
+    const int per = ll_batch_words(t_->recvs);
+    const std::uint64_t stride = blockDim.x;
+    for (std::uint64_t p0 = threadIdx.x; p0 < packets; p0 += stride * static_cast<std::uint64_t>(per)) {
+      std::uint64_t own[kGroup];
+#pragma unroll
+      for (int u = 0; u < kGroup; ++u) {
+        const std::uint64_t p = p0 + static_cast<std::uint64_t>(u) * stride;
+        own[u] = u < per && p < packets ? ll_load_word(self, p, bytes) : 0;
+      }
+      WordFold<R, 8> accs[kGroup];
+      for (int s0 = 0; s0 < n;) {
+        // Sources s0 .. s1 - 1 for words p0, p0 + stride, ... (up to `per` of them).
+        Pending w;
+        int s1 = s0;
+        for (; s1 < n && (w.count + per <= kGroup || w.count == 0); ++s1) {
+          if (s1 == me) continue;
+          for (int u = 0; u < per; ++u) {
+            const std::uint64_t p = p0 + static_cast<std::uint64_t>(u) * stride;
+            if (p < packets) w.add(t_->recv[s1].src + p, t_->recv[s1].flag, s1 * kGroup + u);
+          }
+        }
+        if (int e = await(w)) return e;
+#pragma unroll 1
+        for (int u = 0; u < per; ++u) {
+          const std::uint64_t p = p0 + static_cast<std::uint64_t>(u) * stride;
+          if (p >= packets) break;
+          WordFold<R, 8>& acc = accs[u];
+          int k = 0;
+#pragma unroll 1
+          for (int s = s0; s < s1; ++s) {
+            std::uint64_t word;
+            if (s == me) {
+              word = scale(own[u]);
+            } else {
+              while (w.tag[k] != s * kGroup + u) ++k;
+              word = w.data[k];
+            }
+            if (s == 0) acc.first(r, word);
+            else acc.next(r, word);
+          }
+          if (s1 == n) ll_store_word(dst, p, bytes, acc.template finish<std::uint64_t>(r));
+        }
+        s0 = s1;
+      }
+    }
+    return 0;
+  }
+
+  // Waits until every packet of `w` carries its flag (loads of all of them in flight, then again
+  // for those still missing); fills w.data. 0, or the Status that ended the wait. Out of line: every
+  // typed fold calls it, and inlined into each of them it multiplied the exchange's compile time.
+  __device__ __noinline__ int await(Pending& w) const {
+    unsigned pending = (1u << w.count) - 1;
+    std::uint32_t spins = 0;
+    while (pending) {
+      std::uint64_t lo[kGroup], hi[kGroup];
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k)
+        if (pending >> k & 1u) ld_ll(w.src[k], &lo[k], &hi[k]);
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) {
+        if (!(pending >> k & 1u)) continue;
+        const std::uint32_t flo = ll_word_flag(lo[k]), fhi = ll_word_flag(hi[k]);
+        if (flo == w.flag[k] && fhi == w.flag[k]) {
+          w.data[k] = static_cast<std::uint64_t>(ll_word_data(hi[k])) << 32 | ll_word_data(lo[k]);
+          pending &= ~(1u << k);
+        } else if (ll_arrival(flo, w.flag[k]) == LLArrival::mismatch || ll_arrival(fhi, w.flag[k]) == LLArrival::mismatch) {
+          return static_cast<int>(Status::invalid_usage);
+        }
+      }
+      if (pending && (++spins & 1023) == 0)
+        if (int s = give_up()) return s;
+    }
+    return 0;
+  }
+
+  // The CTA's common outcome of a step in which threads may have failed separately.
+  __device__ Status agree(int result) const {
+    __syncthreads();
+    if (threadIdx.x == 0) cta_->status = 0;
+    __syncthreads();
+    if (result) atomicMax(&cta_->status, result);
+    __syncthreads();
+    return static_cast<Status>(cta_->status);
+  }
+
+  // As SmAtom::give_up: abort, a sibling's failure, a peer's fault, or the time budget.
+  __device__ int give_up() const {
+    if (int s = *static_cast<volatile int*>(&cta_->stop)) return s;
+    if (guard_.fault && *guard_.fault) return stop(static_cast<int>(*guard_.fault));
+    const unsigned long long now = global_ns();
+    if (now - begin_ > guard_.timeout_ns) return stop(static_cast<int>(Status::remote_error));
+    const unsigned long long last = *static_cast<volatile unsigned long long*>(&cta_->host_read);
+    if (now - last < SmAtom::kHostReadPeriodNs || atomicCAS(&cta_->host_read, last, now) != last) return 0;
+    if (*guard_.abort) return stop(static_cast<int>(Status::remote_error), false);
+    if (int e = *guard_.error) return stop(e, false);
+    return 0;
+  }
+  __device__ void stamp() {
+    if (stamps_ && threadIdx.x == 0) *stamps_++ = global_ns();
+  }
+  __device__ int stop(int s, bool report = true) const {
+    atomicCAS(&cta_->stop, 0, s);
+    if (report) {
+      *guard_.error = s;
+      __threadfence_system();
+    }
+    return s;
+  }
+
+  DataType type_;
+  ReduceOp op_;
+  SmGuard guard_;
+  SmCtaWords* cta_;
+  LLTables* t_;
+  LLStart start_;
+  std::uint64_t* stamps_;
+  std::uint64_t begin_;
+  Copy copy_{};
+  int sends_ = 0, recvs_ = 0;
+  bool scale_ = false;
+  bool started_ = false;
+};
+
+}  // namespace purlin::atom

@@ -1,0 +1,10 @@
+// The latency exchange's kernels for AllReduce in two shots (ReduceScatter, then AllGather), any type and operator.
+#include "snac/executors/sm_exchange_kernel.cuh"
+
+#include "collectives/all_reduce.h"
+
+namespace purlin::snac {
+
+template cudaError_t launch_exchange<coll::AllReduce, void>(const ExchangeArgs&, int, cudaStream_t);
+
+}  // namespace purlin::snac

@@ -1,0 +1,71 @@
+// The latency exchange's kernels by run-time kind, type and operator.
+#include "snac/executors/sm_exchange.h"
+
+#include "atom/reduce.h"
+#include "collectives/all_gather.h"
+#include "collectives/all_reduce.h"
+#include "collectives/all_to_all.h"
+#include "collectives/broadcast.h"
+#include "collectives/gather.h"
+#include "collectives/reduce.h"
+#include "collectives/reduce_scatter.h"
+#include "collectives/scatter.h"
+
+namespace purlin::snac {
+namespace {
+
+// A reduction's kernel: compiled for the call's type and operator where there is one.
+template <class D>
+cudaError_t launch_reduction(const ExchangeArgs& a, int threads, cudaStream_t stream) {
+  switch (exchange_fold(a.type, a.op)) {
+    case ExchangeFold::bf16_sum: return launch_exchange<D, Reducer<DataType::bf16, RedOpKind::sum>>(a, threads, stream);
+    case ExchangeFold::f16_sum: return launch_exchange<D, Reducer<DataType::f16, RedOpKind::sum>>(a, threads, stream);
+    case ExchangeFold::f32_sum: return launch_exchange<D, Reducer<DataType::f32, RedOpKind::sum>>(a, threads, stream);
+    case ExchangeFold::any: break;
+  }
+  return launch_exchange<D, void>(a, threads, stream);
+}
+
+}  // namespace
+
+ExchangeFold exchange_fold(DataType type, const ReduceOp& op) {
+  if (op.kind != RedOpKind::sum) return ExchangeFold::any;
+  switch (type) {
+    case DataType::bf16: return ExchangeFold::bf16_sum;
+    case DataType::f16: return ExchangeFold::f16_sum;
+    case DataType::f32: return ExchangeFold::f32_sum;
+    default: return ExchangeFold::any;
+  }
+}
+
+bool exchange_serves(CollKind kind) {
+  switch (kind) {
+    case CollKind::all_reduce:
+    case CollKind::all_reduce_direct:
+    case CollKind::reduce_scatter:
+    case CollKind::reduce_direct:
+    case CollKind::all_gather:
+    case CollKind::all_to_all:
+    case CollKind::broadcast_direct:
+    case CollKind::gather:
+    case CollKind::scatter: return true;
+    default: return false;
+  }
+}
+
+cudaError_t launch_exchange(CollKind kind, const ExchangeArgs& a, int threads, cudaStream_t stream) {
+  switch (kind) {
+    case CollKind::all_reduce: return launch_reduction<coll::AllReduce>(a, threads, stream);
+    case CollKind::all_reduce_direct: return launch_reduction<coll::AllReduceDirect>(a, threads, stream);
+    case CollKind::reduce_scatter: return launch_reduction<coll::ReduceScatter>(a, threads, stream);
+    case CollKind::reduce_direct: return launch_reduction<coll::ReduceDirect>(a, threads, stream);
+    case CollKind::all_gather: return launch_exchange<coll::AllGather, void>(a, threads, stream);
+    case CollKind::all_to_all: return launch_exchange<coll::AllToAll, void>(a, threads, stream);
+    case CollKind::broadcast_direct: return launch_exchange<coll::BroadcastDirect, void>(a, threads, stream);
+    case CollKind::gather: return launch_exchange<coll::Gather, void>(a, threads, stream);
+    case CollKind::scatter: return launch_exchange<coll::Scatter, void>(a, threads, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace purlin::snac

@@ -1,0 +1,87 @@
+// The latency exchange's kernel template; each translation unit of snac/executors/exchange/
+// instantiates it for its collectives, so that they compile in parallel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "atom/sm/ll_atom.cuh"
+#include "snac/executors/sm_exchange.h"
+#include "snac/protocol/exchange.h"
+
+namespace purlin::snac {
+
+// One CTA per channel. Nothing is copied in or out of a per-call state: the channel's epoch is one
+// word. Launched early behind the previous kernel of the stream (programmatic dependent launch), the
+// kernel builds the call's tables for the epoch it expects before that kernel has completed; the
+// Atom's first step waits for it and checks the epoch (atom::LLStart). `Fixed`: the Reducer the
+// folds are compiled for (void: any, chosen at run time).
+// At most kExchangeMaxThreads threads of 64 registers: the CTAs of every rank sharing the GPU must be
+// resident beside the generic kernels' (snac/policy.cc keeps room), never a multiprocessor each.
+template <class D, class Fixed>
+__global__ void __launch_bounds__(kExchangeMaxThreads, 4) exchange_kernel(const __grid_constant__ ExchangeArgs a) {
+  __shared__ Part in[kMaxRanks];
+  __shared__ Part out[kMaxRanks];
+  __shared__ atom::LLTables tables;
+  __shared__ atom::SmCtaWords words;
+  __shared__ std::uint64_t expected;
+  const int c = blockIdx.x, n = a.nranks;
+  const std::uint64_t entered = a.stamps && c == 0 && threadIdx.x == 0 ? atom::global_ns() : 0;
+  const int nin = a.in.parts(n), nout = a.out.parts(n);
+  for (int i = threadIdx.x; i < nin; i += blockDim.x) in[i] = exchange_slice(a.in.part(i, n), c, a.channels);
+  for (int i = threadIdx.x; i < nout; i += blockDim.x) out[i] = exchange_slice(a.out.part(i, n), c, a.channels);
+  if (threadIdx.x == 0) {
+    words = atom::SmCtaWords{};
+    expected = *static_cast<volatile std::uint64_t*>(a.epoch + c) + 1;
+  }
+  __syncthreads();
+  // Stamps (channel 0): entry, start of work, then the Atom's (the start, every phase's pushes and
+  // receives), the end.
+  std::uint64_t* stamps = a.stamps && c == 0 ? a.stamps + (expected % kExchangeStampCalls) * kExchangeStamps : nullptr;
+  if (stamps && threadIdx.x == 0) {
+    stamps[0] = entered;
+    stamps[1] = atom::global_ns();
+    for (int i = 2; i < kExchangeStamps; ++i) stamps[i] = 0;
+  }
+  Call call;
+  call.root = a.root;
+  call.type = a.type;
+  call.op = a.op;
+  call.in = in;
+  call.out = out;
+  Status s;
+  for (;;) {
+    const ExchangeContext x{a.rank, n, c, expected, a.box_packets, a.inbox};
+    atom::LLAtom<Fixed, D::consume == coll::Consume::reduce> atom(a.type, a.op, a.guard, &words, &tables, atom::LLStart{a.pdl, a.epoch + c, expected},
+                             stamps ? stamps + 2 : nullptr);
+    s = exchange_call<D>(atom, x, call);
+    if (static_cast<int>(s) != atom::ll_restart) break;
+    // Built for another epoch than the word holds: again, for that one (the wait is behind us).
+    __syncthreads();
+    if (threadIdx.x == 0) expected = *static_cast<volatile std::uint64_t*>(a.epoch + c) + 1;
+    __syncthreads();
+  }
+  if (stamps && threadIdx.x == 0) stamps[kExchangeStamps - 1] = atom::global_ns();
+  // A mismatch stops the peers too: their waits watch their fault words.
+  if (s == Status::invalid_usage)
+    for (int d = threadIdx.x; d < n; d += blockDim.x)
+      if (d != a.rank) atom::st_release_sys(a.win[d].fault, static_cast<std::uint64_t>(s));
+  if (s != Status::ok && threadIdx.x == 0) *a.guard.error = static_cast<int>(s);
+}
+
+template <class D, class Fixed>
+cudaError_t launch_exchange(const ExchangeArgs& a, int threads, cudaStream_t stream) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(a.channels));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  if (a.pdl) {
+    config.attrs = &attr;
+    config.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&config, exchange_kernel<D, Fixed>, a);
+}
+
+}  // namespace purlin::snac

@@ -354,7 +354,9 @@ int RankRun::run() {
   // Finalize and revoke are local: they answer in progress and settle on their own.
   step("ncclCommFinalize", 0, [&] { return ncclCommFinalize(comm); }, [&] { return comm; });
   if (child) step("ncclCommRevoke", 0, [&] { return ncclCommRevoke(child, NCCL_REVOKE_DEFAULT); }, [&] { return child; });
+  else skip_step();
   if (shrunk) step("ncclCommFinalize of the shrunk communicator", 0, [&] { return ncclCommFinalize(shrunk); }, [&] { return shrunk; });
+  else skip_step();
 
   bad_arguments();
 

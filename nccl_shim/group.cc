@@ -34,11 +34,11 @@ struct Deferred {
 
 struct GroupState {
   int depth = 0;
-  std::vector<Batch> batches;      // one per communicator, in order of first use
-  std::vector<Deferred> deferred;  // in call order
-  std::vector<const ncclComm*> creating;                // the communicators they create
-  ncclResult_t error = ncclSuccess;  // the first call of the group that failed its checks
-  std::string why;                   // and its message
+  std::vector<Batch> batches;             // one per communicator, in order of first use
+  std::vector<Deferred> deferred;         // in call order
+  std::vector<const ncclComm*> creating;  // the communicators they create
+  ncclResult_t error = ncclSuccess;       // the first call of the group that failed its checks
+  std::string why;                        // and its message
 };
 
 thread_local GroupState tls_group;

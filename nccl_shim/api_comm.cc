@@ -262,9 +262,10 @@ ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* con
     return r;
   };
   if (parent->blocking && group_depth() > 0) {
-    // As an init inside a group: the child is made at the outermost ncclGroupEnd.
+    // As an init inside a group: the child is made at the outermost ncclGroupEnd, after the
+    // parent's splits and shrinks called before it in the group.
     *newcomm = child;
-    defer(std::move(work), child);
+    defer(std::move(work), child, parent);
     return ncclSuccess;
   }
   if (parent->blocking) {
@@ -502,11 +503,15 @@ ncclResult_t not_yet_created(const char* fn, ncclComm* comm) {
 
 }  // namespace
 
+// As NCCL: a communicator in the error state is not freed; the call returns its error, and
+// ncclCommAbort frees it. One finalized or revoked first is freed whatever happened since: NCCL's
+// finalize stops everything that could record a later error, and its revoke resets the error.
 NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;  // as NCCL
   if (!is_live(comm)) return check_comm("ncclCommDestroy", comm);
   if (created_at_group_end(comm)) return not_yet_created("ncclCommDestroy", comm);
-  if (comm_state(comm) == ncclInProgress) return ensure_ready("ncclCommDestroy", comm);
+  if (comm_state(comm) == ncclInProgress || !comm->finalized.load())
+    if (ncclResult_t r = ensure_ready("ncclCommDestroy", comm); r != ncclSuccess) return r;
   return teardown(comm, false);
 }
 

@@ -48,9 +48,9 @@ NCCL_API(const char*, ncclGetErrorString, ncclResult_t result) {
 }
 
 NCCL_API(const char*, ncclGetLastError, ncclComm_t comm) {
-  // The comm's last failure when a comm is given; else this thread's last failure, or, on a thread
-  // that saw none, the process's last one (NCCL keeps one buffer for the process: a watchdog thread
-  // that asks why another thread's call failed gets the message).
+  // Without a comm, as NCCL: the process's last failure, whichever thread it happened on (NCCL keeps
+  // one buffer for the process). With a live comm, that communicator's last failure (NCCL ignores
+  // the argument), so that ranks as threads of one process each read their own.
   thread_local std::string copy;
   if (comm && is_live(comm)) {
     {
@@ -67,7 +67,7 @@ NCCL_API(const char*, ncclGetLastError, ncclComm_t comm) {
       return copy.c_str();
     }
   }
-  copy = last_error().empty() ? last_error_of_process() : last_error();
+  copy = last_error_of_process();
   return copy.c_str();
 }
 

@@ -35,8 +35,16 @@ ncclResult_t check_comm(const char* fn, ncclComm_t comm) {
 
 namespace {
 
+// As NCCL's ncclEnqueueCheck: a call on a usable communicator (check_comm passed) that fails its
+// checks fails the group this thread has open, and on a non-blocking communicator it also sets
+// the communicator's error for good: later calls are refused and ncclCommGetAsyncError reports it.
+ncclResult_t refuse(ncclComm* comm, ncclResult_t r) {
+  if (r != ncclSuccess && !comm->blocking) set_failed(comm, r, "a call failed its checks: " + last_error());
+  return group_failed(r);
+}
+
+// Everything but the communicator, which check_comm has found usable.
 ncclResult_t check_coll_args(const CollCheck& c, DataType* type, ReduceOp* op) {
-  if (ncclResult_t r = check_comm(c.fn, c.comm); r != ncclSuccess) return r;
   ncclComm* comm = c.comm;
   if (static_cast<int>(c.type) < 0 || static_cast<int>(c.type) >= ncclNumTypes)
     return fail(comm, ncclInvalidArgument, fmt::format("{}: invalid data type {}", c.fn, static_cast<int>(c.type)));
@@ -90,10 +98,90 @@ ncclResult_t check_coll_args(const CollCheck& c, DataType* type, ReduceOp* op) {
   return ncclSuccess;
 }
 
+// A V collective's counts and displacements of one buffer, one of each per rank: both given, and
+// the end of every partition within what a byte offset can address.
+ncclResult_t check_parts(const CollCheck& c, DataType type, const char* counts_name, const size_t* counts,
+                         const char* displs_name, const size_t* displs) {
+  if (counts == nullptr) return fail(c.comm, ncclInvalidArgument, fmt::format("{}: {} is NULL", c.fn, counts_name));
+  if (displs == nullptr) return fail(c.comm, ncclInvalidArgument, fmt::format("{}: {} is NULL", c.fn, displs_name));
+  const std::size_t limit = std::numeric_limits<std::size_t>::max() / size_of(type);
+  for (int k = 0; k < c.comm->nranks; ++k) {
+    if (counts[k] > limit || displs[k] > limit - counts[k])
+      return fail(c.comm, ncclInvalidArgument,
+                  fmt::format("{}: partition {} ({}[{}] {} + {}[{}] {} elements of {}) overflows the byte size of the "
+                              "buffer", c.fn, k, displs_name, k, displs[k], counts_name, k, counts[k], name_of(type)));
+  }
+  return ncclSuccess;
+}
+
+bool any(const size_t* counts, int n) {
+  for (int k = 0; k < n; ++k)
+    if (counts[k]) return true;
+  return false;
+}
+
+ncclResult_t null_buffer(const CollCheck& c, const char* buffer, const char* counts_name) {
+  return fail(c.comm, ncclInvalidArgument, fmt::format("{}: {} is NULL with {} not all 0", c.fn, buffer, counts_name));
+}
+
+ncclResult_t all_gather_v_args(const CollCheck& c, const size_t* recvcounts, const size_t* displs, DataType* type) {
+  ReduceOp unused;
+  if (ncclResult_t r = check_coll_args(c, type, &unused); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_parts(c, *type, "recvcounts", recvcounts, "displs", displs); r != ncclSuccess) return r;
+  const int me = c.comm->rank;
+  if (recvcounts[me] != c.count)
+    return fail(c.comm, ncclInvalidArgument,
+                fmt::format("{}: recvcounts[{}] = {} differs from sendcount {}", c.fn, me, recvcounts[me], c.count));
+  if (c.recv == nullptr && any(recvcounts, c.comm->nranks)) return null_buffer(c, "recvbuff", "recvcounts");
+  return ncclSuccess;
+}
+
+ncclResult_t reduce_scatter_v_args(const CollCheck& c, const size_t* recvcounts, const size_t* senddispls,
+                                   DataType* type, ReduceOp* op) {
+  if (ncclResult_t r = check_coll_args(c, type, op); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_parts(c, *type, "recvcounts", recvcounts, "senddispls", senddispls); r != ncclSuccess)
+    return r;
+  if (c.send == nullptr && any(recvcounts, c.comm->nranks)) return null_buffer(c, "sendbuff", "recvcounts");
+  const int me = c.comm->rank;
+  if (c.recv == nullptr && recvcounts[me] > 0)
+    return fail(c.comm, ncclInvalidArgument, fmt::format("{}: recvbuff is NULL with recvcounts[{}] {}", c.fn, me,
+                                                         recvcounts[me]));
+  return ncclSuccess;
+}
+
+ncclResult_t all_to_all_v_args(const CollCheck& c, const size_t* sendcounts, const size_t* sdispls,
+                               const size_t* recvcounts, const size_t* rdispls, DataType* type) {
+  ReduceOp unused;
+  if (ncclResult_t r = check_coll_args(c, type, &unused); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_parts(c, *type, "sendcounts", sendcounts, "sdispls", sdispls); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_parts(c, *type, "recvcounts", recvcounts, "rdispls", rdispls); r != ncclSuccess) return r;
+  if (c.send == nullptr && any(sendcounts, c.comm->nranks)) return null_buffer(c, "sendbuff", "sendcounts");
+  if (c.recv == nullptr && any(recvcounts, c.comm->nranks)) return null_buffer(c, "recvbuff", "recvcounts");
+  return ncclSuccess;
+}
+
 }  // namespace
 
 ncclResult_t check_coll(const CollCheck& c, DataType* type, ReduceOp* op) {
-  return group_failed(check_coll_args(c, type, op));
+  if (ncclResult_t r = check_comm(c.fn, c.comm); r != ncclSuccess) return group_failed(r);
+  return refuse(c.comm, check_coll_args(c, type, op));
+}
+
+ncclResult_t check_all_gather_v(const CollCheck& c, const size_t* recvcounts, const size_t* displs, DataType* type) {
+  if (ncclResult_t r = check_comm(c.fn, c.comm); r != ncclSuccess) return group_failed(r);
+  return refuse(c.comm, all_gather_v_args(c, recvcounts, displs, type));
+}
+
+ncclResult_t check_reduce_scatter_v(const CollCheck& c, const size_t* recvcounts, const size_t* senddispls,
+                                    DataType* type, ReduceOp* op) {
+  if (ncclResult_t r = check_comm(c.fn, c.comm); r != ncclSuccess) return group_failed(r);
+  return refuse(c.comm, reduce_scatter_v_args(c, recvcounts, senddispls, type, op));
+}
+
+ncclResult_t check_all_to_all_v(const CollCheck& c, const size_t* sendcounts, const size_t* sdispls,
+                                const size_t* recvcounts, const size_t* rdispls, DataType* type) {
+  if (ncclResult_t r = check_comm(c.fn, c.comm); r != ncclSuccess) return group_failed(r);
+  return refuse(c.comm, all_to_all_v_args(c, sendcounts, sdispls, recvcounts, rdispls, type));
 }
 
 }  // namespace purlin::shim

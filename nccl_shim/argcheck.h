@@ -32,8 +32,18 @@ struct CollCheck {
   std::size_t recv_factor = 1;
 };
 
-// On success fills the element type and the reduction the datapath will apply. Inside a group a
-// failure also fails the group (group_failed).
+// On success fills the element type and the reduction the datapath will apply. A failure fails
+// the group this thread has open (group_failed); a bad argument on a live non-blocking
+// communicator also puts it in that error state, as NCCL does (abort it).
 ncclResult_t check_coll(const CollCheck& c, DataType* type, ReduceOp* op);
+
+// The V collectives of include/purlin/purlin.h: check_coll's checks (c.count is AllGatherV's
+// sendcount, 0 for the others) and those of the per-rank counts and displacements, in elements,
+// with the same effect on a failure.
+ncclResult_t check_all_gather_v(const CollCheck& c, const size_t* recvcounts, const size_t* displs, DataType* type);
+ncclResult_t check_reduce_scatter_v(const CollCheck& c, const size_t* recvcounts, const size_t* senddispls,
+                                    DataType* type, ReduceOp* op);
+ncclResult_t check_all_to_all_v(const CollCheck& c, const size_t* sendcounts, const size_t* sdispls,
+                                const size_t* recvcounts, const size_t* rdispls, DataType* type);
 
 }  // namespace purlin::shim

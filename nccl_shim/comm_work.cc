@@ -56,8 +56,19 @@ ncclResult_t comm_state(const ncclComm* comm) {
 }
 
 std::string failure_reason(const ncclComm* comm) {
-  if (!comm->impl_ready.load(std::memory_order_acquire)) return {};
-  return comm->impl->failure_reason();
+  if (comm->impl_ready.load(std::memory_order_acquire)) {
+    if (std::string why = comm->impl->failure_reason(); !why.empty()) return why;
+  }
+  std::lock_guard<std::mutex> g(comm->mutex);
+  return comm->failure;
+}
+
+void set_failed(ncclComm* comm, ncclResult_t code, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> g(comm->mutex);
+    comm->failure = why;
+  }
+  comm->async_error.store(code, std::memory_order_release);
 }
 
 }  // namespace purlin::shim

@@ -57,5 +57,9 @@ void wait_idle(const ncclComm* comm, int own = 0);
 ncclResult_t comm_state(const ncclComm* comm);
 // Why the communicator failed, for the messages of calls it refuses ("" when unknown).
 std::string failure_reason(const ncclComm* comm);
+// Puts a live communicator in the error state `code` (not ncclSuccess or ncclInProgress) for
+// `why`, as NCCL's ncclCommSetAsyncError: later calls are refused, and ncclCommGetAsyncError
+// and ncclCommDestroy report it.
+void set_failed(ncclComm* comm, ncclResult_t code, const std::string& why);
 
 }  // namespace purlin::shim

@@ -26,12 +26,19 @@ struct Batch {
   std::vector<snac::PeerOp> p2p;
 };
 
+// A blocking init, split or shrink called inside a group.
+struct Deferred {
+  std::function<ncclResult_t()> work;
+  const ncclComm* parent;  // a split's or shrink's; null for an init
+};
+
 struct GroupState {
   int depth = 0;
-  std::vector<Batch> batches;  // one per communicator, in order of first use
-  std::vector<std::function<ncclResult_t()>> deferred;  // blocking inits, splits and shrinks
-  std::vector<const ncclComm*> creating;                // the communicators they create
-  ncclResult_t error = ncclSuccess;  // the first call of the group that failed its checks
+  std::vector<Batch> batches;             // one per communicator, in order of first use
+  std::vector<Deferred> deferred;         // in call order
+  std::vector<const ncclComm*> creating;  // the communicators they create
+  ncclResult_t error = ncclSuccess;       // the first call of the group that failed its checks
+  std::string why;                        // and its message
 };
 
 thread_local GroupState tls_group;
@@ -56,8 +63,9 @@ ncclResult_t run_batch(const Batch& b) {
   Status s = b.comm->fallback ? b.comm->fallback->execute(b.ops, b.p2p, b.stream)
                               : b.comm->impl->execute(b.ops, b.p2p, b.stream);
   if (s != Status::ok) {
-    // A call refused for its arguments leaves the communicator usable, as NCCL's do; anything else
-    // (a peer lost, a timeout, an internal failure) puts it in the error state.
+    // A call refused for its arguments leaves a blocking communicator usable, as NCCL's do;
+    // anything else (a peer lost, a timeout, an internal failure) puts it in the error state. A
+    // non-blocking one takes any failure as its state (flush).
     if (s != Status::invalid_argument && s != Status::invalid_usage) b.comm->async_error.store(static_cast<int>(s));
     return propagate(b.comm, s);
   }
@@ -81,17 +89,30 @@ void run_at_once(std::size_t n, const std::function<void(std::size_t)>& job) {
 }
 
 // Runs every deferred init, split and shrink at once, each on a thread of its own: each waits in
-// its rendezvous for peers that may be further work of this very group. A failure's message
-// becomes this thread's last error.
-ncclResult_t run_deferred(std::vector<std::function<ncclResult_t()>> work) {
+// its rendezvous for peers that may be further work of this very group. The splits and shrinks of
+// one parent share a thread and run in call order: at once, they would take one another's
+// messages on the parent's bootstrap in whatever order their threads came to it, which differs
+// from rank to rank. A failure's message becomes this thread's last error.
+ncclResult_t run_deferred(std::vector<Deferred> work) {
   if (work.empty()) return ncclSuccess;
+  std::vector<std::vector<std::size_t>> chains;  // indices into `work`, one chain per parent
+  for (std::size_t i = 0; i < work.size(); ++i) {
+    auto same_parent = [&](const std::vector<std::size_t>& chain) {
+      return work[i].parent != nullptr && work[chain.front()].parent == work[i].parent;
+    };
+    if (auto it = std::find_if(chains.begin(), chains.end(), same_parent); it != chains.end()) it->push_back(i);
+    else chains.push_back({i});
+  }
   std::vector<ncclResult_t> results(work.size(), ncclSuccess);
   std::vector<std::string> why(work.size());
-  auto run = [&](std::size_t i) {
-    results[i] = work[i]();
-    if (results[i] != ncclSuccess) why[i] = last_error();
+  auto run = [&](std::size_t c) {
+    // Later work of a chain runs after a failure too: the other ranks' counterparts wait for it.
+    for (std::size_t i : chains[c]) {
+      results[i] = work[i].work();
+      if (results[i] != ncclSuccess) why[i] = last_error();
+    }
   };
-  run_at_once(work.size(), run);
+  run_at_once(chains.size(), run);
   for (std::size_t i = 0; i < work.size(); ++i)
     if (results[i] != ncclSuccess) {
       adopt_error(static_cast<Status>(results[i]), why[i]);
@@ -103,8 +124,9 @@ ncclResult_t run_deferred(std::vector<std::function<ncclResult_t()>> work) {
 // What the group this thread closes holds, taken out of it: the thread's group is empty after.
 struct Closed {
   std::vector<Batch> batches;
-  std::vector<std::function<ncclResult_t()>> deferred;
+  std::vector<Deferred> deferred;
   ncclResult_t error;  // the first call that failed its checks
+  std::string why;
 
   std::size_t calls() const {
     std::size_t n = 0;
@@ -116,7 +138,16 @@ struct Closed {
 Closed close_group() {
   tls_group.creating.clear();
   return Closed{std::exchange(tls_group.batches, {}), std::exchange(tls_group.deferred, {}),
-                std::exchange(tls_group.error, ncclSuccess)};
+                std::exchange(tls_group.error, ncclSuccess), std::exchange(tls_group.why, {})};
+}
+
+// A group that fails before its calls run, as NCCL's: every non-blocking communicator with calls
+// in it takes the group's error as its state (blocking ones stay usable).
+void fail_batches(const std::vector<Batch>& batches, ncclResult_t error, const std::string& why) {
+  for (const Batch& b : batches) {
+    InUse use(b.comm, b.serial);
+    if (use && !b.comm->blocking) set_failed(b.comm, error, "its group failed: " + why);
+  }
 }
 
 // Closes the group without running its calls; communicators being created are still created
@@ -124,6 +155,7 @@ Closed close_group() {
 ncclResult_t discard_group(const std::string& why) {
   Closed g = close_group();
   run_deferred(std::move(g.deferred));
+  fail_batches(g.batches, ncclInvalidArgument, why);
   return fail(nullptr, ncclInvalidArgument, fmt::format("{}; the group's {} calls are dropped", why, g.calls()));
 }
 
@@ -133,6 +165,7 @@ ncclResult_t flush() {
   ncclResult_t result = run_deferred(std::move(g.deferred));
   if (g.error != ncclSuccess) {
     // As NCCL: a call that failed its checks fails the group, and none of its calls run.
+    fail_batches(g.batches, g.error, g.why);
     return fail(nullptr, g.error,
                 fmt::format("ncclGroupEnd: a call of the group failed its checks ({}); the group's other {} "
                             "calls are dropped", ncclGetErrorString(g.error), g.calls()));
@@ -149,7 +182,9 @@ ncclResult_t flush() {
     } else if (b.comm->blocking) {
       now.push_back(&b);
     } else {
-      note(run_work(b.comm, [b] { return run_batch(b); }));
+      // As NCCL: any failure of a non-blocking communicator's group becomes its state, a refused
+      // argument included.
+      note(run_work(b.comm, [b] { return run_batch(b); }, Settle::every_error));
     }
   }
   if (now.size() == 1) {
@@ -188,9 +223,11 @@ ncclResult_t group_simulate_end(float* us) {
   // Communicators being created are created: the simulation is of the calls only.
   Closed g = close_group();
   if (ncclResult_t r = run_deferred(std::move(g.deferred)); r != ncclSuccess) return r;
-  if (g.error != ncclSuccess)
+  if (g.error != ncclSuccess) {
+    fail_batches(g.batches, g.error, g.why);
     return fail(nullptr, g.error, fmt::format("ncclGroupSimulateEnd: a call of the group failed its checks ({})",
                                               ncclGetErrorString(g.error)));
+  }
   // Communicators of a group run at the same time: the estimate is the slowest one's.
   double worst = 0;
   for (const Batch& b : g.batches) worst = std::max(worst, b.comm->impl->estimate_us(b.ops, b.p2p));
@@ -198,8 +235,8 @@ ncclResult_t group_simulate_end(float* us) {
   return ncclSuccess;
 }
 
-void defer(std::function<ncclResult_t()> work, const ncclComm* creates) {
-  tls_group.deferred.push_back(std::move(work));
+void defer(std::function<ncclResult_t()> work, const ncclComm* creates, const ncclComm* parent) {
+  tls_group.deferred.push_back(Deferred{std::move(work), parent});
   if (creates) tls_group.creating.push_back(creates);
 }
 
@@ -208,7 +245,10 @@ bool created_at_group_end(const ncclComm* comm) {
 }
 
 ncclResult_t group_failed(ncclResult_t r) {
-  if (r != ncclSuccess && tls_group.depth > 0 && tls_group.error == ncclSuccess) tls_group.error = r;
+  if (r != ncclSuccess && tls_group.depth > 0 && tls_group.error == ncclSuccess) {
+    tls_group.error = r;
+    tls_group.why = last_error();  // the message the failed check just recorded
+  }
   return r;
 }
 

@@ -24,13 +24,16 @@ ncclResult_t group_simulate_end(float* us);
 // Work that waits for peers (a blocking init, split or shrink) called inside a group: it runs at
 // the outermost ncclGroupEnd, all of the group's at once, each on a thread of its own, as in NCCL
 // (one thread may create the communicators of several ranks in one group). The work settles the
-// state of the communicator it creates.
-void defer(std::function<ncclResult_t()> work, const ncclComm* creates);
+// state of the communicator it creates. Work on one `parent` (its splits and shrinks) runs one
+// after another in the order it was called: every rank pairs its n-th split of a parent with the
+// n-th of the others, as outside a group.
+void defer(std::function<ncclResult_t()> work, const ncclComm* creates, const ncclComm* parent = nullptr);
 // Whether `comm` is created by work deferred to the end of the group this thread has open: it can
 // be neither destroyed nor aborted before that end (the work would wait for it forever).
 bool created_at_group_end(const ncclComm* comm);
 // A call made inside a group that failed its checks: the group ends with the first such error
-// and runs none of its calls, as NCCL's does. Returns `r`.
+// and runs none of its calls, as NCCL's does, and its non-blocking communicators take that error
+// as their state. Returns `r`.
 ncclResult_t group_failed(ncclResult_t r);
 
 // Queue a collective or a Send/Recv on `comm` (runs now when no group is open).

@@ -45,8 +45,9 @@ struct ncclComm {
   std::atomic<bool> abort_flag{false};
   std::atomic<int> users{0};  // calls running on impl, in any thread; teardown waits for them
   std::thread background;     // the work of non-blocking calls (init included), one at a time
-  std::mutex mutex;           // last_error and redops
+  mutable std::mutex mutex;   // last_error, failure and redops
   std::string last_error;
+  std::string failure;  // why async_error holds an error the shim set (a refused call, a failed group)
 
   // User reduction operators. A handle is ncclNumOps + slot + (generation << 16): a slot is reused
   // after ncclRedOpDestroy with the next generation, so a destroyed handle is never taken for the

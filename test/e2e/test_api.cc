@@ -1,13 +1,15 @@
 // The API around the collectives:
 //   in one process: ncclGetVersion, ncclGetErrorString, ncclGetUniqueId, ncclCommInitAll over 4
 //   ranks (no device list: the host datapath has no devices) with grouped collectives over the 4
-//   communicators from one thread; the 4 ranks' ncclCommInitRank, then their ncclCommSplit, inside
-//   one group from one thread; a group with a call that fails its checks (the group fails, nothing
-//   runs); ncclGroupSimulateEnd(NULL); ncclGetLastError(NULL) on a thread that saw no failure;
-//   NCCL_COMM_BLOCKING over a config (e2e_api_comm_blocking_1r sets it);
+//   communicators from one thread; the 4 ranks' ncclCommInitRank, then their ncclCommSplit (one
+//   per rank, then two per rank), inside one group from one thread; a group with a call that
+//   fails its checks, a V collective's among them (the group fails, nothing runs);
+//   ncclGroupSimulateEnd(NULL); ncclGetLastError(NULL) answers with the process's last failure,
+//   whichever thread had it; NCCL_COMM_BLOCKING over a config (e2e_api_comm_blocking_1r sets it);
 //   ranks as processes: ncclCommCount/UserRank, ncclCommGetAsyncError, argument errors
 //   (ncclInvalidArgument, no effect, the communicator still usable, ncclGetLastError set), count 0,
-//   ncclCommFinalize + ncclCommDestroy, ncclCommAbort.
+//   ncclCommFinalize + ncclCommDestroy, ncclCommAbort, ncclCommDestroy of a failed communicator
+//   (its error, nothing freed; ncclCommAbort frees it) and of one that failed after its finalize.
 //
 //   e2e_api --ranks N [--filter PATTERN] [--list]
 #include <nccl.h>
@@ -16,6 +18,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <set>
 #include <string>
 #include <thread>
@@ -25,6 +29,16 @@
 #include "harness.h"
 #include "plans.h"
 #include "reference.h"
+
+// Purlin's V collectives (include/purlin/purlin.h), declared here: these tests include only nccl.h.
+extern "C" {
+ncclResult_t ncclPurlinAllGatherV(const void*, size_t, void*, const size_t*, const size_t*, ncclDataType_t, ncclComm_t,
+                                  cudaStream_t);
+ncclResult_t ncclPurlinReduceScatterV(const void*, const size_t*, const size_t*, void*, ncclDataType_t, ncclRedOp_t,
+                                      ncclComm_t, cudaStream_t);
+ncclResult_t ncclPurlinAlltoAllV(const void*, const size_t*, const size_t*, void*, const size_t*, const size_t*,
+                                 ncclDataType_t, ncclComm_t, cudaStream_t);
+}
 
 namespace e2e {
 namespace {
@@ -159,6 +173,33 @@ void init_in_group(Reporter& report, Slab& slab) {
   }
   for (int i = 0; i < n; ++i)
     if (halves[i]) report.expect(ncclCommDestroy(halves[i]), "ncclCommDestroy of a split communicator");
+
+  // Two splits of every parent in one group, from this one thread: each parent's run in the order
+  // called (the first makes the pairs of one parity, the second all 4 in reverse), the parents'
+  // at once. Several rounds: splits run at once would pair differently from round to round.
+  for (int round = 0; round < 5; ++round) {
+    const std::string what = "two splits per parent in a group, round " + std::to_string(round);
+    ncclComm_t pairs[n] = {}, reversed[n] = {};
+    report.expect(ncclGroupStart(), "ncclGroupStart");
+    for (int i = 0; i < n; ++i) {
+      report.expect(ncclCommSplit(comms[i], i % 2, i, &pairs[i], nullptr), what + ": first ncclCommSplit", comms[i]);
+      report.expect(ncclCommSplit(comms[i], 3, -i, &reversed[i], nullptr), what + ": second ncclCommSplit", comms[i]);
+    }
+    if (report.expect(ncclGroupEnd(), "ncclGroupEnd after " + what)) {
+      for (int parity = 0; parity < 2; ++parity) {
+        const ncclComm_t pair[2] = {pairs[parity], pairs[parity + 2]};
+        if (shaped(report, pair, 2, what + ", parity " + std::to_string(parity)) && round == 0)
+          grouped_calls(report, slab, pair, 2, what + ", parity " + std::to_string(parity));
+      }
+      const ncclComm_t by_rank[n] = {reversed[3], reversed[2], reversed[1], reversed[0]};
+      if (shaped(report, by_rank, n, what + ", reversed") && round == 0)
+        grouped_calls(report, slab, by_rank, n, what + ", reversed");
+    }
+    for (int i = 0; i < n; ++i) {
+      if (pairs[i]) report.expect(ncclCommDestroy(pairs[i]), "ncclCommDestroy of a split communicator");
+      if (reversed[i]) report.expect(ncclCommDestroy(reversed[i]), "ncclCommDestroy of a split communicator");
+    }
+  }
   for (int i = 0; i < n; ++i) report.expect(ncclCommDestroy(comms[i]), "ncclCommDestroy");
 }
 
@@ -193,6 +234,59 @@ void group_error(Reporter& report, Slab& slab) {
   report.expect(ncclGroupStart(), "ncclGroupStart");
   report.expect(ncclGroupSimulateEnd(nullptr), "ncclGroupSimulateEnd(NULL)");
   report.expect(ncclGroupEnd(), "ncclGroupEnd after ncclGroupSimulateEnd(NULL)", nullptr, ncclInvalidUsage);
+  for (int i = 0; i < n; ++i) report.expect(ncclCommDestroy(comms[i]), "ncclCommDestroy");
+}
+
+// A V collective whose counts or displacements fail their checks fails its group as any other
+// call does: ncclGroupEnd returns the error and none of the group's calls run.
+void group_error_v(Reporter& report, Slab& slab) {
+  constexpr int n = 4;
+  ncclComm_t comms[n] = {};
+  if (!report.expect(ncclCommInitAll(comms, n, nullptr), "ncclCommInitAll")) return;
+  slab.reset();
+  const std::size_t count = 1000;
+  float* buf = reinterpret_cast<float*>(slab.take(count * sizeof(float) * 2, 0));
+  for (std::size_t i = 0; i < count; ++i) buf[i] = static_cast<float>(i % 7);
+  float* out_v = buf + count;
+  const auto* out = reinterpret_cast<const unsigned char*>(buf + count);
+  const std::size_t counts[n] = {count / 4, count / 4, count / 4, count / 4};
+  const std::size_t displs[n] = {0, count / 4, count / 2, 3 * count / 4};
+  const std::size_t wrong[n] = {count / 4 + 1, count / 4, count / 4, count / 4};
+  const std::size_t far[n] = {0, count / 4, count / 2, std::numeric_limits<std::size_t>::max() / 2};
+  struct VCall {
+    const char* what;
+    std::function<ncclResult_t()> call;
+  };
+  const VCall bad_v[] = {
+      {"ncclPurlinAllGatherV, recvcounts NULL",
+       [&] { return ncclPurlinAllGatherV(buf, count / 4, out_v, nullptr, displs, ncclFloat32, comms[0], kNoStream); }},
+      {"ncclPurlinAllGatherV, recvcounts[rank] != sendcount",
+       [&] { return ncclPurlinAllGatherV(buf, count / 4, out_v, wrong, displs, ncclFloat32, comms[0], kNoStream); }},
+      {"ncclPurlinReduceScatterV, senddispls NULL",
+       [&] { return ncclPurlinReduceScatterV(buf, counts, nullptr, out_v, ncclFloat32, ncclSum, comms[0], kNoStream); }},
+      {"ncclPurlinReduceScatterV, a displacement whose byte offset overflows",
+       [&] { return ncclPurlinReduceScatterV(buf, counts, far, out_v, ncclFloat32, ncclSum, comms[0], kNoStream); }},
+      {"ncclPurlinAlltoAllV, sendcounts NULL",
+       [&] { return ncclPurlinAlltoAllV(buf, nullptr, displs, out_v, counts, displs, ncclFloat32, comms[0], kNoStream); }},
+      {"ncclPurlinAlltoAllV, recvbuff NULL",
+       [&] { return ncclPurlinAlltoAllV(buf, counts, displs, nullptr, counts, displs, ncclFloat32, comms[0], kNoStream); }},
+  };
+  for (const VCall& v : bad_v) {
+    std::memset(buf + count, 0xA5, count * sizeof(float));  // the AllReduces' output: must stay poisoned
+    report.expect(ncclGroupStart(), "ncclGroupStart");
+    for (int i = 0; i < n; ++i)
+      report.expect(ncclAllReduce(buf, buf + count, count, ncclFloat32, ncclSum, comms[i], kNoStream), "ncclAllReduce");
+    report.expect(v.call(), v.what, comms[0], ncclInvalidArgument);
+    report.expect(ncclGroupEnd(), std::string("ncclGroupEnd of a group with ") + v.what, nullptr, ncclInvalidArgument);
+    for (std::size_t i = 0; i < count * sizeof(float); ++i)
+      if (out[i] != 0xA5) {
+        report.fail(std::string("the group that failed on ") + v.what + " ran an AllReduce: its output byte " +
+                    std::to_string(i) + " was written");
+        break;
+      }
+  }
+  if (shaped(report, comms, n, "after the failed groups"))
+    grouped_calls(report, slab, comms, n, "after the failed groups");
   for (int i = 0; i < n; ++i) report.expect(ncclCommDestroy(comms[i]), "ncclCommDestroy");
 }
 
@@ -236,15 +330,21 @@ void deregister_nothing(Reporter& report) {
   report.expect(ncclCommDestroy(comm), "ncclCommDestroy");
 }
 
-// A thread that saw no failure asks ncclGetLastError(NULL) why another thread's call failed.
+// As NCCL, ncclGetLastError(NULL) answers with the process's last failure, whichever thread had
+// it: a thread that saw no failure gets another thread's, and so does a thread whose own failure
+// came before.
 void last_error_across_threads(Reporter& report) {
+  report.expect(ncclGetVersion(nullptr), "ncclGetVersion(nullptr) on this thread", nullptr, ncclInvalidArgument);
   ncclResult_t r = ncclSuccess;
   std::thread([&] { r = ncclAllReduce(nullptr, nullptr, 1, ncclFloat32, ncclSum, nullptr, kNoStream); }).join();
   if (r != ncclInvalidArgument) report.fail(std::string("ncclAllReduce on a NULL comm returned ") + ncclGetErrorString(r));
   std::string seen;
   std::thread([&] { seen = ncclGetLastError(nullptr); }).join();
-  if (seen.find("comm is NULL") == std::string::npos)
-    report.fail("ncclGetLastError(NULL) on another thread: \"" + seen + "\"");
+  if (seen.find("ncclAllReduce: comm is NULL") == std::string::npos)
+    report.fail("ncclGetLastError(NULL) on a thread that saw no failure: \"" + seen + "\"");
+  seen = ncclGetLastError(nullptr);
+  if (seen.find("ncclAllReduce: comm is NULL") == std::string::npos)
+    report.fail("ncclGetLastError(NULL) on the thread whose own failure came first: \"" + seen + "\"");
 }
 
 void one_process(RankEnv& env) {
@@ -255,6 +355,7 @@ void one_process(RankEnv& env) {
   run_case(env.report, "Api/init_all", [&] { init_all(env.report, slab); });
   run_case(env.report, "Api/init_in_group", [&] { init_in_group(env.report, slab); });
   run_case(env.report, "Api/group_error", [&] { group_error(env.report, slab); });
+  run_case(env.report, "Api/group_error_v", [&] { group_error_v(env.report, slab); });
   run_case(env.report, "Api/last_error_across_threads", [&] { last_error_across_threads(env.report); });
   run_case(env.report, "Api/comm_blocking", [&] { comm_blocking(env.report); });
   run_case(env.report, "Api/deregister_nothing", [&] { deregister_nothing(env.report); });
@@ -384,12 +485,66 @@ void teardown(RankEnv& env, Slab& slab) {
   });
 }
 
+// The state of `comm` once it is no longer ncclSuccess, or ncclSuccess after `seconds`.
+ncclResult_t wait_for_failure(ncclComm_t comm, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  ncclResult_t state = ncclSuccess;
+  while (ncclCommGetAsyncError(comm, &state) == ncclSuccess && state == ncclSuccess &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return state;
+}
+
+// As NCCL: ncclCommDestroy of a communicator in the error state returns its error and frees
+// nothing (it still answers); ncclCommAbort frees it. The last rank aborts without a farewell,
+// which fails the others' communicator. A communicator finalized before it failed is destroyed.
+void destroy_failed(RankEnv& env, Slab& slab) {
+  const int r = env.rank, n = env.nranks, last = n - 1;
+  if (n < 2) return;  // no peer to fail
+  run_case(env.report, "Api/destroy_failed", [&] {
+    ncclComm_t c = nullptr;
+    if (!env.report.expect(ncclCommInitRank(&c, n, env.ids.at(2), r), "ncclCommInitRank")) return;
+    if (r == last) {
+      env.report.expect(ncclCommAbort(c), "ncclCommAbort of the rank that fails the others");
+    } else {
+      env.report.expect(wait_for_failure(c, 30), "the state once a peer aborted", c, ncclRemoteError);
+      env.report.expect(ncclCommDestroy(c), "ncclCommDestroy of the failed communicator", c, ncclRemoteError);
+      const std::string why = ncclGetLastError(nullptr);
+      if (why.find("ncclCommDestroy") == std::string::npos || why.find("abort") == std::string::npos)
+        env.report.fail("ncclGetLastError after the refused ncclCommDestroy: \"" + why + "\"");
+      ncclResult_t state = ncclSuccess;
+      env.report.expect(ncclCommGetAsyncError(c, &state), "ncclCommGetAsyncError after the refused ncclCommDestroy", c);
+      env.report.expect(state, "the state after the refused ncclCommDestroy", c, ncclRemoteError);
+      env.report.expect(ncclCommDestroy(c), "a second ncclCommDestroy", c, ncclRemoteError);
+      env.report.expect(ncclCommAbort(c), "ncclCommAbort of the failed communicator");
+      env.report.expect(ncclCommGetAsyncError(c, &state), "ncclCommGetAsyncError after ncclCommAbort", nullptr,
+                        ncclInvalidArgument);
+    }
+    still_usable(env, env.comm, slab, "AllReduce on the first communicator");
+  });
+  run_case(env.report, "Api/destroy_failed_after_finalize", [&] {
+    ncclComm_t c = nullptr;
+    if (!env.report.expect(ncclCommInitRank(&c, n, env.ids.at(3), r), "ncclCommInitRank")) return;
+    if (r != last) env.report.expect(ncclCommFinalize(c), "ncclCommFinalize", c);
+    still_usable(env, env.comm, slab, "AllReduce after the others' finalize");  // every finalize is done
+    if (r == last) {
+      env.report.expect(ncclCommAbort(c), "ncclCommAbort of the rank that fails the others");
+    } else {
+      env.report.expect(wait_for_failure(c, 30), "the state once a peer aborted after the finalize", c,
+                        ncclRemoteError);
+      env.report.expect(ncclCommDestroy(c), "ncclCommDestroy of a communicator that failed after its finalize", c);
+    }
+    still_usable(env, env.comm, slab, "AllReduce on the first communicator");
+  });
+}
+
 void ranks(RankEnv& env) {
   Slab slab(std::size_t{16} << 20);
   run_case(env.report, "Api/count_rank_async", [&] { shape(env); });
   bad_arguments(env, slab);
   count_zero(env, slab);
   teardown(env, slab);
+  destroy_failed(env, slab);
 }
 
 }  // namespace
@@ -400,7 +555,7 @@ int main(int argc, char** argv) {
   const auto started = std::chrono::steady_clock::now();
   const e2e::Options options = e2e::parse_options(argc, argv);
   e2e::Totals totals = e2e::run_ranks(options, 1, /*join=*/false, /*extra_ids=*/0, e2e::one_process);
-  const e2e::Totals more = e2e::run_ranks(options, options.nranks, /*join=*/true, /*extra_ids=*/2, e2e::ranks);
+  const e2e::Totals more = e2e::run_ranks(options, options.nranks, /*join=*/true, /*extra_ids=*/4, e2e::ranks);
   totals.passed += more.passed;
   totals.failed += more.failed;
   return e2e::finish(options, totals, started);

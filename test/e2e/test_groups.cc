@@ -5,8 +5,10 @@
 //   - send/receive patterns: ring in both directions, all pairs (self included), blocking pairs
 //     outside any group;
 //   - ncclCommSplit by color rank % 2 and key -rank with one rank NCCL_SPLIT_NOCOLOR, and a
-//     collective on each part; communicators used at once (split duplicates and a second unique
-//     id), calls interleaved and grouped across communicators.
+//     collective on each part; two splits of one parent in one group (each rank's first makes
+//     one communicator, its second another, whatever order their work comes to); communicators
+//     used at once (split duplicates and a second unique id), calls interleaved and grouped
+//     across communicators.
 //
 //   e2e_groups --ranks N [--filter PATTERN] [--list]
 #include <nccl.h>
@@ -311,6 +313,37 @@ void split_by_parity(Ctx& cx, const std::string& name) {
   one_call<Int64>(cx, cx.env.comm, r, n, Coll::AllReduce, ncclInt64, 777, 0, true, Op::sum, name + " parent AllReduce");
 }
 
+// Two splits of the parent inside one group: they run at ncclGroupEnd, and every rank's first
+// split pairs with the others' first (colour rank % 2, key rank), its second with their second
+// (one colour, key -rank: all ranks in reverse), as when called outside a group. Several rounds:
+// splits run at once would pair differently from round to round.
+void two_splits_in_a_group(Ctx& cx, const std::string& name) {
+  const int r = cx.r(), n = cx.n();
+  Reporter& report = cx.report();
+  ncclComm_t comm = cx.env.comm;
+  for (int round = 0; round < 5; ++round) {
+    const std::string what = name + " round " + std::to_string(round);
+    ncclComm_t parity = nullptr, reversed = nullptr;
+    report.expect(ncclGroupStart(), "ncclGroupStart");
+    report.expect(ncclCommSplit(comm, r % 2, r, &parity, nullptr), "ncclCommSplit (parity) in a group", comm);
+    report.expect(ncclCommSplit(comm, 7, -r, &reversed, nullptr), "ncclCommSplit (reversed) in a group", comm);
+    if (report.expect(ncclGroupEnd(), "ncclGroupEnd after two splits", comm)) {
+      const int psize = (n - r % 2 + 1) / 2, prank = r / 2, rrank = n - 1 - r;
+      if (!parity || !reversed) {
+        report.fail(what + ": a split gave no communicator");
+      } else if (check_shape(report, parity, psize, prank, what + ": parity split") &&
+                 check_shape(report, reversed, n, rrank, what + ": reversed split") && round % 2 == 0) {
+        one_call<Float32Type>(cx, parity, prank, psize, Coll::AllReduce, ncclFloat32, 1000, 0, false, Op::sum,
+                              what + " parity AllReduce");
+        one_call<Int32>(cx, reversed, rrank, n, Coll::AllGather, ncclInt32, 513, 0, false, Op::sum,
+                        what + " reversed AllGather");
+      }
+    }
+    if (parity) report.expect(ncclCommDestroy(parity), "ncclCommDestroy (parity)");
+    if (reversed) report.expect(ncclCommDestroy(reversed), "ncclCommDestroy (reversed)");
+  }
+}
+
 // Two more communicators over the same ranks, one in the same order, one reversed, used in turn
 // with the parent and then all three in one group.
 void interleaved_splits(Ctx& cx, const std::string& name) {
@@ -414,6 +447,7 @@ void run_all(RankEnv& env) {
   }
   ran += run_case(env.report, "Split/parity", [&] { split_by_parity(cx, "Split/parity"); });
   ran += run_case(env.report, "Split/interleaved", [&] { interleaved_splits(cx, "Split/interleaved"); });
+  ran += run_case(env.report, "Split/two_in_a_group", [&] { two_splits_in_a_group(cx, "Split/two_in_a_group"); });
   ran += run_case(env.report, "MultiComm/second_id", [&] { second_unique_id(cx, "MultiComm/second_id"); });
   if (env.rank == 0 && !env.options.list) {
     std::printf("[%d ranks] %llu cases in %.1f s\n", env.nranks, static_cast<unsigned long long>(ran),

@@ -127,6 +127,7 @@ int main(int argc, char** argv) {
   int self[1] = {0};
   int out_of_range[1] = {1};
   size_t counts[1] = {c}, displs[1] = {0}, wrong[1] = {c + 1};
+  size_t far[1] = {std::numeric_limits<std::size_t>::max() / 2}, too_many[1] = {huge};
   int bogus_handle = 0;
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   ncclSimInfo_t bad_sim = NCCL_SIM_INFO_INITIALIZER;
@@ -255,6 +256,20 @@ int main(int argc, char** argv) {
        [&] { return ncclPurlinAllGatherV(s, c, r, wrong, displs, ncclFloat32, comm, kStream); }},
       {"ncclPurlinAllGatherV", "a destroyed comm", A,
        [&] { return ncclPurlinAllGatherV(s, c, r, counts, displs, ncclFloat32, dead, kStream); }},
+      {"ncclPurlinAllGatherV", "displs NULL", A,
+       [&] { return ncclPurlinAllGatherV(s, c, r, counts, nullptr, ncclFloat32, comm, kStream); }},
+      {"ncclPurlinAllGatherV", "recvbuff NULL", A,
+       [&] { return ncclPurlinAllGatherV(s, c, nullptr, counts, displs, ncclFloat32, comm, kStream); }},
+      {"ncclPurlinAllGatherV", "a displacement whose byte offset overflows", A,
+       [&] { return ncclPurlinAllGatherV(s, c, r, counts, far, ncclFloat32, comm, kStream); }},
+      {"ncclPurlinReduceScatterV", "recvcounts NULL", A,
+       [&] { return ncclPurlinReduceScatterV(s, nullptr, displs, r, ncclFloat32, ncclSum, comm, kStream); }},
+      {"ncclPurlinReduceScatterV", "sendbuff NULL", A,
+       [&] { return ncclPurlinReduceScatterV(nullptr, counts, displs, r, ncclFloat32, ncclSum, comm, kStream); }},
+      {"ncclPurlinReduceScatterV", "recvbuff NULL", A,
+       [&] { return ncclPurlinReduceScatterV(s, counts, displs, nullptr, ncclFloat32, ncclSum, comm, kStream); }},
+      {"ncclPurlinReduceScatterV", "a displacement whose byte offset overflows", A,
+       [&] { return ncclPurlinReduceScatterV(s, counts, far, r, ncclFloat32, ncclSum, comm, kStream); }},
       {"ncclPurlinReduceScatterV", "displacements NULL", A,
        [&] { return ncclPurlinReduceScatterV(s, counts, nullptr, r, ncclFloat32, ncclSum, comm, kStream); }},
       {"ncclPurlinReduceScatterV", "an op already destroyed", A,
@@ -263,6 +278,14 @@ int main(int argc, char** argv) {
        [&] { return ncclPurlinAlltoAllV(s, nullptr, displs, r, counts, displs, ncclFloat32, comm, kStream); }},
       {"ncclPurlinAlltoAllV", "datatype 12", A,
        [&] { return ncclPurlinAlltoAllV(s, counts, displs, r, counts, displs, bad_type, comm, kStream); }},
+      {"ncclPurlinAlltoAllV", "rdispls NULL", A,
+       [&] { return ncclPurlinAlltoAllV(s, counts, displs, r, counts, nullptr, ncclFloat32, comm, kStream); }},
+      {"ncclPurlinAlltoAllV", "a count whose byte size overflows", A,
+       [&] { return ncclPurlinAlltoAllV(s, too_many, displs, r, counts, displs, ncclFloat32, comm, kStream); }},
+      {"ncclPurlinAlltoAllV", "sendbuff NULL", A,
+       [&] { return ncclPurlinAlltoAllV(nullptr, counts, displs, r, counts, displs, ncclFloat32, comm, kStream); }},
+      {"ncclPurlinAlltoAllV", "recvbuff NULL", A,
+       [&] { return ncclPurlinAlltoAllV(s, counts, displs, nullptr, counts, displs, ncclFloat32, comm, kStream); }},
       {"ncclPurlinReductionMode", "mode NULL", A, [&] { return ncclPurlinReductionMode(comm, nullptr); }},
       {"ncclPurlinReductionMode", "comm NULL", A, [&] { return ncclPurlinReductionMode(nullptr, &iv); }},
       {"ncclDevCommCreate", "not offered", U, [&] { return ncclDevCommCreate(comm, nullptr, nullptr); }},

@@ -3,7 +3,10 @@
 // of collectives, split, shrink, finalize, revoke), polling ncclCommGetAsyncError completes it
 // with correct results, and the poll is a plain load: it answers at once, from any thread, while
 // the work it reports on waits for a peer. While work is in flight the communicator refuses to be
-// used (ncclInvalidArgument, as NCCL).
+// used (ncclInvalidArgument, as NCCL). A bad argument to a collective puts the communicator in the
+// error state, as NCCL does: alone, or inside a group, where every non-blocking communicator of
+// the failed group takes the error and none of its calls runs; ncclCommDestroy then returns the
+// error and frees nothing, and ncclCommAbort frees it.
 //
 // Rank 0 makes each collective call only once every other rank has checked that its own call is
 // still in flight (it cannot finish without rank 0), so the checks never race the work.
@@ -34,6 +37,7 @@ constexpr double kPollLimitS = 0.05;
 struct Board {
   std::atomic<int> checked[kSteps];  // ranks other than 0 that checked their call is in flight
   std::atomic<double> longest_poll{0};
+  std::atomic<int> bad_arguments_done{0};  // ranks done with the bad-argument checks
 };
 
 void record_max(std::atomic<double>& a, double v) {
@@ -153,6 +157,7 @@ class RankRun {
   // A step this rank takes no part in (keeps the step numbers of every rank in line).
   void skip_step() { ++step_; }
   void collective(const Coll& c, ncclComm_t comm, std::size_t count);
+  void bad_arguments();
 
   const Options& o_;
   int rank_, n_;
@@ -235,6 +240,67 @@ void RankRun::collective(const Coll& c, ncclComm_t comm, std::size_t count) {
   }
 }
 
+void RankRun::bad_arguments() {
+  ncclConfig_t cfg = non_blocking();
+  ncclComm_t alone = nullptr, a = nullptr, b = nullptr;
+  step("ncclCommInitRankConfig (a bad argument alone)", n_ - 1,
+       [&] { return ncclCommInitRankConfig(&alone, n_, ids_[3], rank_, &cfg); }, [&] { return alone; });
+  step("ncclCommInitRankConfig (a bad argument in a group, a)", n_ - 1,
+       [&] { return ncclCommInitRankConfig(&a, n_, ids_[4], rank_, &cfg); }, [&] { return a; });
+  step("ncclCommInitRankConfig (a bad argument in a group, b)", n_ - 1,
+       [&] { return ncclCommInitRankConfig(&b, n_, ids_[5], rank_, &cfg); }, [&] { return b; });
+  if (!alone || !a || !b) return;
+  constexpr std::size_t count = 64;
+  std::vector<float> in(count, 1.0f), out(count, -1.0f);
+  Buffer send(o_.gpu, count * sizeof(float)), recv(o_.gpu, count * sizeof(float));
+  send.upload(in.data(), count * sizeof(float));
+  recv.upload(out.data(), count * sizeof(float));
+  auto state_of = [&](ncclComm_t c) {
+    ncclResult_t state = ncclInternalError;
+    report_.expect(ncclCommGetAsyncError(c, &state), ncclSuccess, "ncclCommGetAsyncError");
+    return state;
+  };
+
+  // Alone: the call returns the error, the communicator keeps it and refuses the next call.
+  report_.expect(ncclBroadcast(send.data(), recv.data(), count, ncclFloat32, n_, alone, stream_), ncclInvalidArgument,
+                 "ncclBroadcast with root nranks on a non-blocking communicator");
+  report_.expect(state_of(alone), ncclInvalidArgument, "the state after the bad argument");
+  report_.expect(ncclAllReduce(send.data(), recv.data(), count, ncclFloat32, ncclSum, alone, stream_),
+                 ncclInvalidArgument, "a valid ncclAllReduce after the bad argument");
+  // ncclCommDestroy returns the error and frees nothing: the communicator still answers.
+  report_.expect(ncclCommDestroy(alone), ncclInvalidArgument, "ncclCommDestroy of the failed communicator");
+  report_.expect(state_of(alone), ncclInvalidArgument, "the state after the refused ncclCommDestroy");
+
+  // In a group: a valid AllReduce on a, a Send to peer -1 on b. The group fails, nothing runs,
+  // and both communicators take the error.
+  report_.expect(ncclGroupStart(), ncclSuccess, "ncclGroupStart");
+  report_.expect(ncclAllReduce(send.data(), recv.data(), count, ncclFloat32, ncclSum, a, stream_), ncclSuccess,
+                 "a valid ncclAllReduce in the group");
+  report_.expect(ncclSend(send.data(), count, ncclFloat32, -1, b, stream_), ncclInvalidArgument,
+                 "ncclSend to peer -1 in the group");
+  report_.expect(ncclGroupEnd(), ncclInvalidArgument, "ncclGroupEnd of the group with a bad argument");
+  report_.expect(state_of(a), ncclInvalidArgument, "the state of the communicator whose call was valid");
+  report_.expect(state_of(b), ncclInvalidArgument, "the state of the communicator whose call was bad");
+  report_.expect(settle(o_.gpu, a, stream_, 60), ncclInvalidArgument, "the stream after the failed group");
+  recv.download(out.data(), count * sizeof(float));
+  report_.check(std::all_of(out.begin(), out.end(), [](float v) { return v == -1.0f; }),
+                "the failed group's AllReduce wrote its output");
+  for (ncclComm_t c : {a, b})
+    report_.expect(ncclCommDestroy(c), ncclInvalidArgument, "ncclCommDestroy of a communicator of the failed group");
+
+  // Abort frees them. Only once every rank is done: a peer's abort fails a communicator with
+  // ncclRemoteError, which would hide the state checked above.
+  board_->bad_arguments_done.fetch_add(1);
+  const double until = now_s() + 60;
+  while (board_->bad_arguments_done.load() < n_ && now_s() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  report_.check(board_->bad_arguments_done.load() == n_, "the other ranks did not finish the bad-argument checks");
+  for (ncclComm_t c : {alone, a, b}) {
+    report_.expect(ncclCommAbort(c), ncclSuccess, "ncclCommAbort of a failed communicator");
+    ncclResult_t gone = ncclSuccess;
+    report_.expect(ncclCommGetAsyncError(c, &gone), ncclInvalidArgument, "ncclCommGetAsyncError after ncclCommAbort");
+  }
+}
+
 int RankRun::run() {
   stream_ = make_stream(o_.gpu);
   ncclConfig_t cfg = non_blocking();
@@ -288,7 +354,11 @@ int RankRun::run() {
   // Finalize and revoke are local: they answer in progress and settle on their own.
   step("ncclCommFinalize", 0, [&] { return ncclCommFinalize(comm); }, [&] { return comm; });
   if (child) step("ncclCommRevoke", 0, [&] { return ncclCommRevoke(child, NCCL_REVOKE_DEFAULT); }, [&] { return child; });
+  else skip_step();
   if (shrunk) step("ncclCommFinalize of the shrunk communicator", 0, [&] { return ncclCommFinalize(shrunk); }, [&] { return shrunk; });
+  else skip_step();
+
+  bad_arguments();
 
   for (ncclComm_t c : {child, shrunk, scalable, comm})
     if (c) report_.expect(ncclCommDestroy(c), ncclSuccess, "ncclCommDestroy");
@@ -314,7 +384,7 @@ int main(int argc, char** argv) {
   const double started = now_s();
   for (int t = 0; t < o.trials; ++t) {
     Report report("non-blocking trial " + std::to_string(t));
-    std::vector<ncclUniqueId> ids(3);
+    std::vector<ncclUniqueId> ids(6);
     for (auto& id : ids) report.expect(ncclGetUniqueId(&id), ncclSuccess, "ncclGetUniqueId");
     auto* board = shared_object<Board>();
     const std::uint64_t salt = rng();

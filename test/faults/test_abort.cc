@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "support.h"
+#include "test/common/loopback.h"
 
 namespace faults {
 namespace {
@@ -519,6 +520,7 @@ bool run_trial(const Options& o, const Phase& p, int t, std::mt19937_64& rng) {
 int main(int argc, char** argv) {
   using namespace faults;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  loopback::use();
   ::setenv("PURLIN_BOOTSTRAP_TIMEOUT", std::to_string(kBootstrapTimeoutS).c_str(), 1);
   Options defaults;
   defaults.trials = 2;

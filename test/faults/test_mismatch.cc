@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "support.h"
+#include "test/common/loopback.h"
 
 namespace faults {
 namespace {
@@ -179,6 +180,7 @@ bool run_case(const Options& o, const Case& c) {
 int main(int argc, char** argv) {
   using namespace faults;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  loopback::use();
   Options defaults;
   defaults.trials = 1;
   const Options o = parse_options(argc, argv, defaults);

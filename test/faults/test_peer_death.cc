@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "support.h"
+#include "test/common/loopback.h"
 
 namespace faults {
 namespace {
@@ -181,6 +182,7 @@ bool trial(const Options& o, int t, std::mt19937_64& rng, Stats& stats) {
 int main(int argc, char** argv) {
   using namespace faults;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  loopback::use();
   Options defaults;
   defaults.trials = 3;
   const Options o = parse_options(argc, argv, defaults);

@@ -25,6 +25,7 @@
 #include "atom/host/reduce_host.h"
 #include "core/numeric.h"
 #include "core/types.h"
+#include "test/common/loopback.h"
 
 namespace {
 
@@ -403,6 +404,7 @@ int usable_gpus() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  loopback::use();
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];

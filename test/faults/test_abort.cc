@@ -539,7 +539,9 @@ bool run_trial(const Options& o, const Phase& p, int t, std::mt19937_64& rng, st
   const std::uint64_t salt = rng();
   const int processes = o.ranks - p.processes_short;
   const std::set<std::string> shm_before = shm_names();
-  auto* shared = shared_object<Shared>();
+  static Shared* const shared = shared_object<Shared>();  // one block for every trial, cleared before each
+  for (auto& rank_windows : shared->windows)
+    for (auto& w : rank_windows) w.store(0);
   std::vector<Rank> ranks(processes);
   for (int r = 0; r < processes; ++r) {
     ranks[r].pid = fork_process([&, r] {

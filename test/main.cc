@@ -3,5 +3,9 @@
 #define CATCH_CONFIG_RUNNER
 #endif
 #include "test/catch.h"
+#include "test/common/loopback.h"
 
-int main(int argc, char** argv) { return Catch::Session().run(argc, argv); }
+int main(int argc, char** argv) {
+  loopback::use();
+  return Catch::Session().run(argc, argv);
+}

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "core/socket.h"
 #include "core/topology.h"
 #include "test/catch.h"
+#include "test/common/loopback.h"
 
 extern char** environ;
 
@@ -194,6 +196,45 @@ TEST_CASE("bootstrap: two ids in use at once do not mix", "[core][bootstrap]") {
   });
   INFO(c.first);
   CHECK(c.first.empty());
+}
+
+// Every test runs on loopback (loopback::use in the tests' main, NCCL_SOCKET_IFNAME=lo in their
+// meson definitions): while ranks are in the rendezvous, this process's listeners (the root
+// service's, each rank's, and those of ids left unused before) are all bound to loopback.
+TEST_CASE("bootstrap: every listener of a test is on loopback", "[core][bootstrap]") {
+  REQUIRE(purlin::config().socket_ifname == "lo");
+  const int n = 3;
+  std::set<std::string> before;
+  for (const loopback::Listener& l : loopback::listeners({::getpid()})) before.insert(l.text);
+  UniqueId id{};
+  REQUIRE(purlin::make_unique_id(&id) == Status::ok);
+  const std::uint16_t root_port = root_of(id).port();
+  Checker c;
+  std::vector<std::thread> ranks;
+  for (int r = 1; r < n; ++r) ranks.emplace_back([&, r] { exercise(id, r, n, 11, c); });
+  // Rank 0 comes last: until it arrives the root service and ranks 1..n-1 listen.
+  std::vector<loopback::Listener> seen;
+  const std::size_t want = n;  // the root service and every rank but rank 0
+  std::size_t fresh = 0;
+  const auto t0 = Clock::now();
+  while (fresh < want && seconds_since(t0) < 20) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    seen = loopback::listeners({::getpid()});
+    fresh = 0;
+    for (const loopback::Listener& l : seen) fresh += before.count(l.text) == 0;
+  }
+  ranks.emplace_back([&] { exercise(id, 0, n, 11, c); });
+  for (auto& t : ranks) t.join();
+  INFO(c.first);
+  CHECK(c.first.empty());
+  CHECK(fresh == want);
+  bool root_seen = false;
+  for (const loopback::Listener& l : seen) {
+    INFO("listener " << l.text);
+    CHECK(l.on_loopback());
+    root_seen = root_seen || l.port() == root_port;
+  }
+  CHECK(root_seen);
 }
 
 TEST_CASE("bootstrap: hostile connections to the root do not disturb the rendezvous", "[core][bootstrap]") {

@@ -29,6 +29,7 @@
 #include "harness.h"
 #include "plans.h"
 #include "reference.h"
+#include "test/common/loopback.h"
 
 // Purlin's V collectives (include/purlin/purlin.h), declared here: these tests include only nccl.h.
 extern "C" {
@@ -552,6 +553,7 @@ void ranks(RankEnv& env) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  loopback::use();
   const auto started = std::chrono::steady_clock::now();
   const e2e::Options options = e2e::parse_options(argc, argv);
   e2e::Totals totals = e2e::run_ranks(options, 1, /*join=*/false, /*extra_ids=*/0, e2e::one_process);

@@ -23,6 +23,7 @@
 #include "harness.h"
 #include "plans.h"
 #include "reference.h"
+#include "test/common/loopback.h"
 
 namespace e2e {
 namespace {
@@ -460,6 +461,7 @@ void run_all(RankEnv& env) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  loopback::use();
   const auto started = std::chrono::steady_clock::now();
   const e2e::Options options = e2e::parse_options(argc, argv);
   const e2e::Totals totals = e2e::run_ranks(options, options.nranks, /*join=*/true, /*extra_ids=*/1, e2e::run_all);

@@ -31,6 +31,7 @@
 
 #include "reference.h"
 #include "unique_id.h"
+#include "test/common/loopback.h"
 
 namespace {
 
@@ -383,6 +384,7 @@ int child(int rank, int n, int gpus, const ncclUniqueId& id) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  loopback::use();
   int ranks = 1, hosts = 1, child_rank = -1;
   std::string ids;
   for (int i = 1; i + 1 < argc; i += 2) {

@@ -32,6 +32,7 @@
 #include "plans.h"
 #include "reference.h"
 #include "unique_id.h"
+#include "test/common/loopback.h"
 
 namespace {
 
@@ -617,6 +618,7 @@ int child(const Scenario& sc, int rank, const std::vector<ncclUniqueId>& ids, co
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  loopback::use();
   std::string scenario, fake, fake_old, filter, child_rank, child_ids, wheel_root;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];

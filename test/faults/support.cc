@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -301,6 +302,58 @@ std::vector<std::string> shm_files(const std::vector<pid_t>& pids, const std::se
     }
     if (ours) out.push_back(name);
   }
+  return out;
+}
+
+namespace {
+constexpr char kWindowName[] = "/memfd:purlin-window";
+}  // namespace
+
+std::set<unsigned long> window_inodes(pid_t pid) {
+  std::set<unsigned long> out;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  if (DIR* d = ::opendir((proc + "/fd").c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      const std::string path = proc + "/fd/" + e->d_name;
+      char link[256] = {};
+      struct stat st{};
+      if (::readlink(path.c_str(), link, sizeof link - 1) > 0 && std::strncmp(link, kWindowName, sizeof kWindowName - 1) == 0 &&
+          ::stat(path.c_str(), &st) == 0)
+        out.insert(static_cast<unsigned long>(st.st_ino));
+    }
+    ::closedir(d);
+  }
+  // "start-end perms offset dev inode path"
+  if (std::FILE* f = std::fopen((proc + "/maps").c_str(), "r")) {
+    char line[1024];
+    while (std::fgets(line, sizeof line, f)) {
+      unsigned long ino = 0;
+      int path_at = 0;
+      if (std::sscanf(line, "%*s %*s %*s %*s %lu %n", &ino, &path_at) == 1 && path_at > 0 &&
+          std::strncmp(line + path_at, kWindowName, sizeof kWindowName - 1) == 0)
+        out.insert(ino);
+    }
+    std::fclose(f);
+  }
+  return out;
+}
+
+std::vector<pid_t> window_holders(const std::set<unsigned long>& inodes) {
+  std::vector<pid_t> out;
+  if (inodes.empty()) return out;
+  DIR* d = ::opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0') continue;
+    for (unsigned long ino : window_inodes(static_cast<pid_t>(pid))) {
+      if (inodes.count(ino) == 0) continue;
+      out.push_back(static_cast<pid_t>(pid));
+      break;
+    }
+  }
+  ::closedir(d);
   return out;
 }
 

@@ -94,6 +94,11 @@ std::set<std::string> shm_names();
 // empty, leaving out those in `before`. The host windows are memfd files and have no name: any such
 // file is a leak (earlier versions named a communicator's segments after its rank 0's pid).
 std::vector<std::string> shm_files(const std::vector<pid_t>& pids = {}, const std::set<std::string>& before = {});
+// The host windows (memfd files: "/memfd:purlin-window" in /proc) that process `pid` holds: the
+// inodes of those among its open files and its mappings. Empty when it cannot be inspected.
+std::set<unsigned long> window_inodes(pid_t pid);
+// The processes this one may inspect (itself included) that hold one of `inodes` open or mapped.
+std::vector<pid_t> window_holders(const std::set<unsigned long>& inodes);
 // Bytes of GPU memory in use on the current device (0 on the host datapath).
 std::uint64_t gpu_used(bool gpu);
 // Waits up to `seconds` for the thread count to drop to `target`; returns the last count.

@@ -1,28 +1,33 @@
 // Abort at every phase, and revoke and shrink, with ranks as processes. Every phase runs --trials
 // times with a random delay before the abort, and nothing may hang: ncclCommAbort returns within
-// 5 s, the call it interrupts returns within 5 s of it, every process exits within 60 s, and each
-// rank ends with the threads and open files it had before it joined, and no /dev/shm files.
+// 5 s, the call it interrupts returns within 5 s of it with the result README names, every process
+// exits within 60 s, each rank ends with the threads, open files and host windows (memfd files
+// open or mapped) it had before it joined, and no /dev/shm files are left.
 //
 // Phases (--only):
 //   init        a rank never arrives: non-blocking init, then ncclCommAbort; once per run also a
 //               blocking init that runs into PURLIN_BOOTSTRAP_TIMEOUT
 //   init-death  a rank is killed at a random moment of its init: the others fail (in the
 //               rendezvous only at PURLIN_BOOTSTRAP_TIMEOUT), nothing is left (20 trials at most)
-//   init-kill   every rank is killed at about the same random moment of its init or first calls:
-//               nothing is left in /dev/shm (host datapath only)
+//   init-kill   every rank is killed at about the same random moment of its first 20 ms (most often
+//               inside its init), or, in every other trial, within 2 ms after its init: no process
+//               holds any window the ranks had (their memory went with them), nothing is left in
+//               /dev/shm (host datapath only)
 //   split       one rank never splits: its peers' split ends by a second thread's abort of the
 //               parent, or by that rank's own abort (the connection's loss)
 //   collective  one rank never joins an AllReduce: a second thread aborts while the first waits in
-//               the AllReduce (host) or in its stream synchronisation (GPU)
+//               the AllReduce (host: it returns ncclRemoteError) or in its stream synchronisation
+//               (GPU: the AllReduce was enqueued, and the stream ends without a CUDA error)
 //   group       a communicator aborted inside a group: ncclGroupEnd says so, the group's other
 //               communicator gives correct results
 //   finalize    finalize then abort or destroy, blocking and non-blocking, after a peer left by
 //               destroy or by abort
-//   revoke      ncclCommRevoke ends an AllReduce in flight (ncclInvalidUsage), refuses later ones,
-//               and the revoked communicator still splits into one that gives correct results
+//   revoke      ncclCommRevoke ends an AllReduce in flight (host: ncclInvalidUsage; GPU: its stream
+//               ends and the state stays ncclSuccess), refuses later ones, and the revoked
+//               communicator still splits into one that gives correct results
 //   shrink      a rank dies (SIGKILL) or hangs; the survivors' ncclCommShrink with
-//               NCCL_SHRINK_ABORT ends their calls in flight and gives a communicator of the
-//               survivors with correct results
+//               NCCL_SHRINK_ABORT ends their calls in flight (a hung rank's: as a revoke does) and
+//               gives a communicator of the survivors with correct results
 //
 //   test_abort [--trials 100] [--ranks 4] [--datapath host|gpu] [--seed N] [--only PHASE,...]
 #include <signal.h>
@@ -41,6 +46,7 @@
 #include <vector>
 
 #include "support.h"
+#include "test/common/loopback.h"
 
 namespace faults {
 namespace {
@@ -52,6 +58,14 @@ constexpr double kBootstrapTimeoutS = 10;  // PURLIN_BOOTSTRAP_TIMEOUT for this 
 // inside its wait (an abort that comes first is a use of a destroyed communicator instead).
 constexpr int kInsideMs = 50;
 constexpr int kEveryRank = -2;  // Phase::may_die: every rank may end by SIGKILL
+constexpr int kMaxRanks = 64;
+constexpr int kWindowsPerRank = 2 * kMaxRanks;  // its own and every peer's, with room to spare
+
+// Shared by the parent and the ranks of one trial: the host windows the ranks held (inodes), so
+// that the parent can look for them once every rank is gone.
+struct Shared {
+  std::atomic<unsigned long> windows[kMaxRanks][kWindowsPerRank];
+};
 
 // What a rank gets: its rank, the ids made by the parent, a delay drawn for this trial, and a
 // report that names the phase, trial and rank.
@@ -63,22 +77,35 @@ struct Env {
   int delay_ms;
   std::uint64_t salt;
   Report& report;
+  Shared* shared;
 };
 
-// The threads and open files of a rank before it joins, checked again after it left.
+// Records the host windows this rank holds now, for the parent to look for after the trial.
+void record_windows(Env& e) {
+  int k = 0;
+  for (unsigned long ino : window_inodes(::getpid()))
+    if (k < kWindowsPerRank) e.shared->windows[e.rank][k++].store(ino);
+}
+
+// The threads, open files and host windows of a rank before it joins, checked again after it left.
 class Baseline {
  public:
-  explicit Baseline(bool gpu) : threads_((start_cuda(gpu), threads())), fds_(open_fds()) {}
+  explicit Baseline(bool gpu)
+      : threads_((start_cuda(gpu), threads())), fds_(open_fds()), windows_(window_inodes(::getpid()).size()) {}
   void check(Report& report) const {
     const int t = wait_threads(threads_, 2);
     report.check(t == threads_, "threads: " + std::to_string(t) + " at the end, " + std::to_string(threads_) + " at the start");
     const int f = open_fds();
     report.check(f == fds_, "open files: " + std::to_string(f) + " at the end, " + std::to_string(fds_) + " at the start");
+    const std::size_t w = window_inodes(::getpid()).size();
+    report.check(w == windows_, "host windows open or mapped: " + std::to_string(w) + " at the end, " +
+                                    std::to_string(windows_) + " at the start");
   }
 
  private:
   int threads_;
   int fds_;
+  std::size_t windows_;
 };
 
 double timed(const std::function<void()>& fn) {
@@ -247,7 +274,11 @@ int phase_collective(Env& e) {
         },
         [&] { abort_in_time(e, comm, "ncclCommAbort from a second thread"); },
         e.o.gpu ? "the stream synchronisation" : "ncclAllReduce");
-    if (!e.o.gpu) e.report.expect(r, ncclRemoteError, "the aborted ncclAllReduce");
+    // Host: the AllReduce itself waits, and the abort ends it with ncclRemoteError. GPU: the
+    // AllReduce returned once enqueued and the wait is the stream's; the abort ends its kernel, so
+    // the stream finishes without a CUDA error (the communicator is gone: no state to ask).
+    if (e.o.gpu) e.report.expect(r, ncclSuccess, "the AllReduce enqueued and its stream after the abort");
+    else e.report.expect(r, ncclRemoteError, "the aborted ncclAllReduce");
   }
   send.reset();
   recv.reset();
@@ -362,7 +393,11 @@ int phase_revoke(Env& e) {
           e.report.check(s <= kAbortLimitS, "ncclCommRevoke took " + std::to_string(s) + " s");
         },
         "the revoked AllReduce");
-    if (!e.o.gpu) e.report.expect(r, ncclInvalidUsage, "the AllReduce in flight at the revoke");
+    // Host: the AllReduce in flight returns ncclInvalidUsage. GPU: it returned once enqueued; the
+    // revoke ends its kernel and the state stays ncclSuccess, so the wait for it (settle) ends with
+    // ncclSuccess, neither a CUDA error nor its timeout.
+    if (e.o.gpu) e.report.expect(r, ncclSuccess, "the AllReduce enqueued and its stream after the revoke");
+    else e.report.expect(r, ncclInvalidUsage, "the AllReduce in flight at the revoke");
   }
   ncclResult_t state = ncclInternalError;
   e.report.expect(ncclCommGetAsyncError(comm, &state), ncclSuccess, "ncclCommGetAsyncError");
@@ -389,17 +424,26 @@ int phase_revoke(Env& e) {
 }
 
 // Every rank kills itself (SIGKILL) at one random moment of the first 20 ms (each within 0.2 ms
-// of it), most often inside the init: no rank lives on to clean up after the others, and nothing
-// may be left in /dev/shm.
-int phase_init_kill(Env& e) {
+// of it), most often inside the init; in odd trials instead at a random moment of the 2 ms after
+// its init returned, so that every rank surely holds its own and its peers' windows. No rank lives
+// on to clean up after the others: the parent then checks that no process holds any window a rank
+// recorded (the memory went with the last process) and that nothing is left in /dev/shm.
+int phase_init_kill(Env& e, bool after_init) {
   cudaStream_t stream = make_stream(e.o.gpu);
-  const int after_us = static_cast<int>(e.salt % 20000 + (e.salt >> (16 + 4 * e.rank)) % 200);
-  std::thread([after_us] {
-    std::this_thread::sleep_for(std::chrono::microseconds(after_us));
-    ::raise(SIGKILL);
-  }).detach();
+  auto kill_after = [](int us) {
+    std::thread([us] {
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
+      ::raise(SIGKILL);
+    }).detach();
+  };
+  if (!after_init) kill_after(static_cast<int>(e.salt % 20000 + (e.salt >> (16 + 4 * e.rank)) % 200));
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRank(&comm, e.nranks, e.ids[0], e.rank);
+  if (r == ncclSuccess) record_windows(e);
+  if (after_init) {
+    e.report.expect(r, ncclSuccess, "ncclCommInitRank", comm);
+    kill_after(static_cast<int>((e.salt >> (4 * e.rank)) % 2000));
+  }
   while (r == ncclSuccess)
     r = checked_allreduce(e.o.gpu, comm, stream, e.rank, e.nranks, 1000, e.salt, e.report, "AllReduce", false);
   for (;;) sleep_ms(1000);  // a peer's death ended the calls: this rank's own kill is due
@@ -445,7 +489,7 @@ int phase_shrink(Env& e, bool dies) {
     e.report.expect(r, ncclRemoteError, "the AllReduce loop when a peer dies");
     shrink();
   } else {
-    interrupt(
+    const ncclResult_t r = interrupt(
         e,
         [&] {
           ncclResult_t c = ncclAllReduce(send->data(), recv->data(), count, ncclFloat32, ncclSum, comm, stream);
@@ -453,6 +497,9 @@ int phase_shrink(Env& e, bool dies) {
           return c;
         },
         shrink, "the AllReduce in flight at the shrink");
+    // NCCL_SHRINK_ABORT revokes the parent first: the call in flight ends as in the revoke phase.
+    if (e.o.gpu) e.report.expect(r, ncclSuccess, "the AllReduce enqueued and its stream after the shrink");
+    else e.report.expect(r, ncclInvalidUsage, "the AllReduce in flight at the shrink");
   }
   if (shrunk) {
     int n = 0, r = -1;
@@ -479,9 +526,11 @@ struct Phase {
   int ids = 1;
   int may_die = -1;         // a rank that may end by SIGKILL (kEveryRank: each of them)
   std::function<int(Env&, int trial)> body;
+  bool (*records_windows)(int trial) = nullptr;  // trials whose ranks all record their host windows
 };
 
-bool run_trial(const Options& o, const Phase& p, int t, std::mt19937_64& rng) {
+// `windows_seen` (when given) adds the number of host windows the ranks recorded.
+bool run_trial(const Options& o, const Phase& p, int t, std::mt19937_64& rng, std::size_t* windows_seen = nullptr) {
   Report report(p.name + " trial " + std::to_string(t));
   std::vector<ncclUniqueId> ids(p.ids);
   for (auto& id : ids)
@@ -490,11 +539,14 @@ bool run_trial(const Options& o, const Phase& p, int t, std::mt19937_64& rng) {
   const std::uint64_t salt = rng();
   const int processes = o.ranks - p.processes_short;
   const std::set<std::string> shm_before = shm_names();
+  static Shared* const shared = shared_object<Shared>();  // one block for every trial, cleared before each
+  for (auto& rank_windows : shared->windows)
+    for (auto& w : rank_windows) w.store(0);
   std::vector<Rank> ranks(processes);
   for (int r = 0; r < processes; ++r) {
     ranks[r].pid = fork_process([&, r] {
       Report rep(p.name + " trial " + std::to_string(t) + " rank " + std::to_string(r));
-      Env e{o, r, o.ranks, ids, delay_ms, salt, rep};
+      Env e{o, r, o.ranks, ids, delay_ms, salt, rep, shared};
       return p.body(e, t);
     });
   }
@@ -510,6 +562,15 @@ bool run_trial(const Options& o, const Phase& p, int t, std::mt19937_64& rng) {
   }
   const auto left = shm_files(pids, shm_before);
   report.check(left.empty(), "shared-memory files left: " + (left.empty() ? std::string() : left.front()));
+  // The windows the ranks recorded: once they have all exited, no process may hold one.
+  std::set<unsigned long> windows;
+  for (int r = 0; r < processes; ++r)
+    for (int k = 0; k < kWindowsPerRank; ++k)
+      if (const unsigned long ino = shared->windows[r][k].load()) windows.insert(ino);
+  if (p.records_windows && p.records_windows(t)) report.check(!windows.empty(), "the ranks recorded no host window");
+  for (pid_t holder : window_holders(windows))
+    report.check(false, "process " + std::to_string(holder) + " still holds a window of the trial's ranks");
+  if (windows_seen) *windows_seen += windows.size();
   return report.failures() == 0;
 }
 
@@ -519,6 +580,7 @@ bool run_trial(const Options& o, const Phase& p, int t, std::mt19937_64& rng) {
 int main(int argc, char** argv) {
   using namespace faults;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  loopback::use();
   ::setenv("PURLIN_BOOTSTRAP_TIMEOUT", std::to_string(kBootstrapTimeoutS).c_str(), 1);
   Options defaults;
   defaults.trials = 2;
@@ -541,18 +603,25 @@ int main(int argc, char** argv) {
     if (!selected(o, p.name)) return;
     const double t0 = now_s();
     int bad = 0;
+    std::size_t windows = 0;
     for (int t = 0; t < trials; ++t)
-      if (!run_trial(o, p, t, rng)) ++bad;
-    std::printf("%-16s %d of %d trials passed in %.1f s\n", p.name.c_str(), trials - bad, trials, now_s() - t0);
+      if (!run_trial(o, p, t, rng, &windows)) ++bad;
+    std::printf("%-16s %d of %d trials passed in %.1f s", p.name.c_str(), trials - bad, trials, now_s() - t0);
+    if (windows) std::printf(" (%zu host windows of ranks looked for afterwards)", windows);
+    std::printf("\n");
     failed += bad;
     ran += trials;
   };
   for (const Phase& p : phases) run(p, o.trials);
   // A kill inside the rendezvous costs the survivors PURLIN_BOOTSTRAP_TIMEOUT: at most 20 trials.
   run({"init-death", 0, 1, o.ranks - 1, [](Env& e, int) { return phase_init_death(e); }}, std::min(o.trials, 20));
-  // The host datapath's windows are what could be left in /dev/shm; the GPU's are cuMem or CUDA IPC
-  // memory, and killing every client of an MPS server at once is not a test of this library.
-  if (!o.gpu) run({"init-kill", 0, 1, kEveryRank, [](Env& e, int) { return phase_init_kill(e); }}, o.trials);
+  // The host datapath's windows are memfd files that could outlive their ranks; the GPU's are cuMem
+  // or CUDA IPC memory, and killing every client of an MPS server at once is not a test of this
+  // library.
+  if (!o.gpu)
+    run({"init-kill", 0, 1, kEveryRank, [](Env& e, int t) { return phase_init_kill(e, t % 2 == 1); },
+         [](int t) { return t % 2 == 1; }},
+        o.trials);
   else if (selected(o, "init-kill")) std::printf("%-16s skipped: host datapath only\n", "init-kill");
   // A rank that dies on every trial (SIGKILL) and one that hangs, alternately.
   run({"shrink", 0, 1, o.ranks - 1, [](Env& e, int t) { return phase_shrink(e, t % 2 == 0); }}, o.trials);

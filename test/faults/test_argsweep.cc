@@ -28,6 +28,7 @@
 #endif
 
 #include "support.h"
+#include "test/common/loopback.h"
 
 // Purlin's additions (include/purlin/purlin.h) and the host functions of NCCL's device API, whose
 // headers need CUDA's: declared here with opaque pointers.
@@ -85,6 +86,7 @@ ncclComm_t one_rank_comm(Report& report, const ncclConfig_t* config = nullptr) {
 int main(int argc, char** argv) {
   using namespace faults;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  loopback::use();
   std::string header;
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "support.h"
+#include "test/common/loopback.h"
 
 namespace faults {
 namespace {
@@ -106,6 +107,7 @@ bool cycle(const Options& o, int k, bool abort, Report& report) {
 int main(int argc, char** argv) {
   using namespace faults;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  loopback::use();
   const Options o = parse_options(argc, argv, Options{});
   select_datapath(o);
   std::printf("churn: %d cycles with destroy and %d with abort, %d ranks as threads, %s datapath, seed %llu\n", o.cycles,

@@ -9,13 +9,14 @@
 //   hijack  the secret is used to claim the slot of a rank that has not arrived yet: every rank
 //           must fail within the timeout with an error (no crash, no hang)
 //
-// Every listener must be bound to one address, never to a wildcard; with NCCL_SOCKET_IFNAME=lo, to
-// loopback. This test writes the bootstrap's wire format itself (hello: magic, secret, kind,
-// rank, nranks, address length, address; the unique id: magic, secret, address, address length).
+// Every listener must be bound to one address, never to a wildcard, and to loopback: like every
+// test, this one runs its ranks with NCCL_SOCKET_IFNAME=lo (loopback::use), so that none of the
+// connections below leaves the machine. This test writes the bootstrap's wire format itself
+// (hello: magic, secret, kind, rank, nranks, address length, address; the unique id: magic,
+// secret, address, address length).
 //
 //   test_hostile [--trials N] [--ranks 4] [--connections 1000] [--seed N] [--only junk,secret,hijack]
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -38,6 +39,7 @@
 #include <vector>
 
 #include "support.h"
+#include "test/common/loopback.h"
 
 namespace faults {
 namespace {
@@ -88,94 +90,8 @@ std::vector<std::uint8_t> hello(std::uint64_t secret, std::uint32_t kind, std::u
 
 // ---- listeners, as a scanner finds them ------------------------------------------------------------
 
-struct Listener {
-  pid_t pid;
-  sockaddr_storage addr;
-  socklen_t len;
-  std::string text;
-  bool operator<(const Listener& o) const { return text < o.text; }
-};
-
-std::set<unsigned long> socket_inodes(pid_t pid) {
-  std::set<unsigned long> out;
-  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return out;
-  while (dirent* e = ::readdir(d)) {
-    char link[128] = {};
-    const std::string path = dir + "/" + e->d_name;
-    ssize_t n = ::readlink(path.c_str(), link, sizeof link - 1);
-    unsigned long ino = 0;
-    if (n > 0 && std::sscanf(link, "socket:[%lu]", &ino) == 1) out.insert(ino);
-  }
-  ::closedir(d);
-  return out;
-}
-
-// Listening TCP sockets of `pids` (IPv4 and IPv6).
-std::vector<Listener> listeners(const std::vector<pid_t>& pids) {
-  std::map<unsigned long, pid_t> owner;
-  for (pid_t p : pids)
-    for (unsigned long ino : socket_inodes(p)) owner[ino] = p;
-  std::vector<Listener> out;
-  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    std::FILE* f = std::fopen(table, "r");
-    if (!f) continue;
-    char line[512];
-    std::fgets(line, sizeof line, f);  // header
-    while (std::fgets(line, sizeof line, f)) {
-      char local[64] = {}, remote[64] = {};
-      unsigned state = 0;
-      unsigned long ino = 0;
-      if (std::sscanf(line, " %*d: %63s %63s %x %*s %*s %*s %*u %*u %lu", local, remote, &state, &ino) != 4) continue;
-      if (state != 0x0A || !owner.count(ino)) continue;
-      Listener l{};
-      l.pid = owner[ino];
-      char* colon = std::strchr(local, ':');
-      if (!colon) continue;
-      *colon = '\0';
-      const unsigned port = static_cast<unsigned>(std::strtoul(colon + 1, nullptr, 16));
-      char text[INET6_ADDRSTRLEN] = {};
-      if (std::strlen(local) == 8) {
-        auto* a = reinterpret_cast<sockaddr_in*>(&l.addr);
-        a->sin_family = AF_INET;
-        a->sin_port = htons(static_cast<std::uint16_t>(port));
-        a->sin_addr.s_addr = static_cast<std::uint32_t>(std::strtoul(local, nullptr, 16));
-        l.len = sizeof(sockaddr_in);
-        inet_ntop(AF_INET, &a->sin_addr, text, sizeof text);
-      } else {
-        auto* a = reinterpret_cast<sockaddr_in6*>(&l.addr);
-        a->sin6_family = AF_INET6;
-        a->sin6_port = htons(static_cast<std::uint16_t>(port));
-        for (int w = 0; w < 4; ++w) {
-          char word[9] = {};
-          std::memcpy(word, local + 8 * w, 8);
-          const std::uint32_t v = static_cast<std::uint32_t>(std::strtoul(word, nullptr, 16));
-          std::memcpy(&a->sin6_addr.s6_addr[4 * w], &v, 4);
-        }
-        l.len = sizeof(sockaddr_in6);
-        inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof text);
-      }
-      l.text = std::string(text) + ":" + std::to_string(port);
-      out.push_back(l);
-    }
-    std::fclose(f);
-  }
-  return out;
-}
-
-bool is_wildcard(const Listener& l) {
-  if (l.addr.ss_family == AF_INET) return reinterpret_cast<const sockaddr_in*>(&l.addr)->sin_addr.s_addr == 0;
-  const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(&l.addr)->sin6_addr;
-  return std::memcmp(&a, &in6addr_any, sizeof a) == 0;
-}
-
-bool is_loopback(const Listener& l) {
-  if (l.addr.ss_family == AF_INET)
-    return (ntohl(reinterpret_cast<const sockaddr_in*>(&l.addr)->sin_addr.s_addr) >> 24) == 127;
-  const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(&l.addr)->sin6_addr;
-  return std::memcmp(&a, &in6addr_loopback, sizeof a) == 0;
-}
+using loopback::Listener;
+using loopback::listeners;
 
 std::string host_of(const std::string& text) { return text.substr(0, text.rfind(':')); }
 
@@ -385,7 +301,7 @@ int rank_main(const Options& o, const ncclUniqueId& id, int rank, Board* board, 
 
 const char* mode_name(Mode m) { return m == Mode::junk ? "junk" : m == Mode::secret ? "secret" : "hijack"; }
 
-bool trial(const Options& o, Mode mode, int t, std::mt19937_64& rng, const std::string& ifname) {
+bool trial(const Options& o, Mode mode, int t, std::mt19937_64& rng) {
   Report report(std::string("hostile ") + mode_name(mode) + " trial " + std::to_string(t));
   ncclUniqueId uid;
   if (!report.expect(ncclGetUniqueId(&uid), ncclSuccess, "ncclGetUniqueId")) return false;
@@ -449,16 +365,14 @@ bool trial(const Options& o, Mode mode, int t, std::mt19937_64& rng, const std::
     report.check(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank " + std::to_string(r) + ": " + describe(st));
     ok += board->ok[r].load();
   }
-  // Root listener (this process) and every rank's: one address, never a wildcard.
-  std::vector<pid_t> all = pids;
-  all.push_back(::getpid());
+  // Root listener (this process) and every rank's: one address on loopback, never a wildcard.
   std::set<std::string> hosts;
   std::lock_guard<std::mutex> g(seen_mu);
   seen.push_back(listener_at(::getpid(), id.root, id.root_len));
   for (const Listener& l : seen) {
-    report.check(!is_wildcard(l), "a listener is bound to a wildcard address: " + l.text);
+    report.check(!l.wildcard(), "a listener is bound to a wildcard address: " + l.text);
+    report.check(l.on_loopback(), "with NCCL_SOCKET_IFNAME=lo a listener is on " + l.text);
     hosts.insert(host_of(l.text));
-    if (ifname == "lo" || ifname == "=lo") report.check(is_loopback(l), "with NCCL_SOCKET_IFNAME=lo a listener is on " + l.text);
   }
   report.check(hosts.size() <= 1, "the listeners are bound to " + std::to_string(hosts.size()) + " addresses");
   report.check(attacked.size() >= static_cast<std::size_t>(o.ranks - 1),
@@ -494,6 +408,7 @@ bool trial(const Options& o, Mode mode, int t, std::mt19937_64& rng, const std::
 int main(int argc, char** argv) {
   using namespace faults;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  loopback::use();
   ::setenv("PURLIN_BOOTSTRAP_TIMEOUT", std::to_string(kTimeoutS).c_str(), 1);
   ::setenv("PURLIN_TIMEOUT", std::to_string(kTimeoutS).c_str(), 1);
   rlimit lim{};
@@ -510,11 +425,9 @@ int main(int argc, char** argv) {
     return kSkipped;
   }
   select_datapath(o);
-  const char* ifname_env = std::getenv("NCCL_SOCKET_IFNAME");
-  const std::string ifname = ifname_env ? ifname_env : "";
   std::printf("hostile bootstrap: %d trials per mode, %d ranks, %d connections per target, NCCL_SOCKET_IFNAME=%s, "
               "seed %llu\n",
-              o.trials, o.ranks, o.connections, ifname.empty() ? "(unset)" : ifname.c_str(),
+              o.trials, o.ranks, o.connections, std::getenv("NCCL_SOCKET_IFNAME"),
               static_cast<unsigned long long>(o.seed));
   std::mt19937_64 rng(o.seed);
   int failed = 0, ran = 0;
@@ -523,7 +436,7 @@ int main(int argc, char** argv) {
     if (!selected(o, mode_name(m))) continue;
     const int trials = m == Mode::hijack ? (o.trials + 1) / 2 : o.trials;  // each takes the timeout
     for (int t = 0; t < trials; ++t, ++ran)
-      if (!trial(o, m, t, rng, ifname)) ++failed;
+      if (!trial(o, m, t, rng)) ++failed;
   }
   std::printf("hostile bootstrap: %d of %d trials passed in %.1f s\n", ran - failed, ran, now_s() - started);
   return failed == 0 ? 0 : 1;

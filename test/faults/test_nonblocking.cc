@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "support.h"
+#include "test/common/loopback.h"
 
 namespace faults {
 namespace {
@@ -372,6 +373,7 @@ int RankRun::run() {
 int main(int argc, char** argv) {
   using namespace faults;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  loopback::use();
   Options defaults;
   defaults.trials = 1;
   const Options o = parse_options(argc, argv, defaults);

@@ -1,7 +1,7 @@
 // Peer death: one of the ranks is killed with SIGKILL at a random point of a long AllReduce loop.
-// The survivors must learn of it by themselves: ncclCommGetAsyncError reports ncclRemoteError
-// within 10 s of the kill, ncclCommAbort returns within 5 s, every process exits within 30 s, and
-// nothing is left behind: no shared-memory files of ours, no threads or open files beyond those
+// The survivors must learn of it by themselves: ncclCommGetAsyncError reports ncclRemoteError,
+// ncclCommAbort returns and every process exits within ten times the times README quotes (see
+// Limits), and nothing is left behind: no shared-memory files of ours, no threads or open files beyond those
 // the process had before it joined, and (GPU datapath) the GPU's memory in use back where it was
 // before the trial once every rank has exited, as a fresh process reads it (ranks share the GPU, so
 // no rank can tell its own share; the killed rank's memory is reclaimed by the driver a while after
@@ -21,13 +21,26 @@
 #include <vector>
 
 #include "support.h"
+#include "test/common/loopback.h"
 
 namespace faults {
 namespace {
 
-constexpr double kDetectLimitS = 10;
-constexpr double kAbortLimitS = 5;
-constexpr double kExitLimitS = 30;
+// Seconds from the kill until a survivor's ncclCommGetAsyncError reports it, for its
+// ncclCommAbort, and from the kill until every survivor has exited.
+struct Limits {
+  double detect, abort, exit;
+};
+// README's figures (the slowest of 50 trials with 4 ranks) times 10: on the host datapath 0.15,
+// 0.012 and 0.17 s, measured on 2 cores; on the GPU datapath 0.100, 0.029 and 0.24 s (one H200,
+// ranks under MPS). The margin is for the machine that runs CI, 2 cores that other builds may be
+// using: a rank that is not scheduled for a few hundred milliseconds must not fail the test, while a
+// death noticed only by a timeout (PURLIN_TIMEOUT, 300 s by default) or an abort that waits for one
+// still does.
+constexpr double kMargin = 10;
+constexpr Limits kHostLimits{0.15 * kMargin, 0.012 * kMargin, 0.17 * kMargin};
+constexpr Limits kGpuLimits{0.100 * kMargin, 0.029 * kMargin, 0.24 * kMargin};
+const Limits& limits(const Options& o) { return o.gpu ? kGpuLimits : kHostLimits; }
 constexpr int kMaxRanks = 64;
 constexpr std::uint64_t kGpuSlack = 4u << 20;  // the driver's own bookkeeping between two readings
 
@@ -86,7 +99,7 @@ int rank_main(const Options& o, const ncclUniqueId& id, int trial, int rank, std
   for (;;) {
     if (!report.expect(ncclCommGetAsyncError(comm, &state), ncclSuccess, "ncclCommGetAsyncError")) break;
     if (state != ncclSuccess && state != ncclInProgress) break;
-    if (now_s() - kill_at > kDetectLimitS + 5) break;
+    if (now_s() - kill_at > limits(o).detect + 5) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   const double detected = now_s() - kill_at;
@@ -94,7 +107,7 @@ int rank_main(const Options& o, const ncclUniqueId& id, int trial, int rank, std
   report.check(r == ncclRemoteError || r == ncclInProgress,
                std::string("the interrupted AllReduce returned ") + name_of(r) + ", expected ncclRemoteError");
   report.expect(state, ncclRemoteError, "the asynchronous error after the peer's death", comm);
-  report.check(detected <= kDetectLimitS, "the death was noticed after " + std::to_string(detected) + " s");
+  report.check(detected <= limits(o).detect, "the death was noticed after " + std::to_string(detected) + " s");
   const char* last = ncclGetLastError(comm);
   report.check(last && *last, "ncclGetLastError is empty after the failure");
 
@@ -102,7 +115,7 @@ int rank_main(const Options& o, const ncclUniqueId& id, int trial, int rank, std
   report.expect(ncclCommAbort(comm), ncclSuccess, "ncclCommAbort");
   const double aborted = now_s() - t0;
   board->abort_s[rank].store(aborted);
-  report.check(aborted <= kAbortLimitS, "ncclCommAbort took " + std::to_string(aborted) + " s");
+  report.check(aborted <= limits(o).abort, "ncclCommAbort took " + std::to_string(aborted) + " s");
 
   const int threads1 = wait_threads(threads0, 2);
   report.check(threads1 == threads0, "threads: " + std::to_string(threads1) + " after abort, " +
@@ -147,8 +160,8 @@ bool trial(const Options& o, int t, std::mt19937_64& rng, Stats& stats) {
   const double kill_at = now_s();
   board->kill_at.store(kill_at);
 
-  const bool by_themselves = reap(ranks, kill_at + kExitLimitS);
-  report.check(by_themselves, "some ranks did not exit within " + std::to_string(kExitLimitS) + " s of the kill");
+  const bool by_themselves = reap(ranks, kill_at + limits(o).exit);
+  report.check(by_themselves, "some ranks did not exit within " + std::to_string(limits(o).exit) + " s of the kill");
   std::vector<pid_t> pids;
   for (int r = 0; r < o.ranks; ++r) {
     pids.push_back(ranks[r].pid);
@@ -181,6 +194,7 @@ bool trial(const Options& o, int t, std::mt19937_64& rng, Stats& stats) {
 int main(int argc, char** argv) {
   using namespace faults;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  loopback::use();
   Options defaults;
   defaults.trials = 3;
   const Options o = parse_options(argc, argv, defaults);
@@ -192,9 +206,9 @@ int main(int argc, char** argv) {
   const double started = now_s();
   for (int t = 0; t < o.trials; ++t)
     if (!trial(o, t, rng, stats)) ++stats.failed_trials;
-  std::printf("peer death: %d of %d trials passed in %.1f s; slowest detection %.3f s (limit %.0f), abort %.3f s "
-              "(limit %.0f), exit after the kill %.3f s (limit %.0f)\n",
-              o.trials - stats.failed_trials, o.trials, now_s() - started, stats.detect, kDetectLimitS, stats.abort,
-              kAbortLimitS, stats.exit, kExitLimitS);
+  std::printf("peer death: %d of %d trials passed in %.1f s; slowest detection %.3f s (limit %.2f), abort %.3f s "
+              "(limit %.2f), exit after the kill %.3f s (limit %.2f)\n",
+              o.trials - stats.failed_trials, o.trials, now_s() - started, stats.detect, limits(o).detect, stats.abort,
+              limits(o).abort, stats.exit, limits(o).exit);
   return stats.failed_trials == 0 ? 0 : 1;
 }

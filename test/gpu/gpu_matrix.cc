@@ -6,7 +6,9 @@
 //
 // Usage: test_gpu_matrix [--ranks N] [--threads] [--graph] [--quick] [--filter NAME] [--gpus G]
 // Rank r runs on device r % G; G defaults to 1 (every rank on device 0), 0 means every visible one.
-// Prints "N passed, N failed" (or a skip line when no GPU is usable) and exits non-zero on failure.
+// --filter NAME runs one collective (AllReduce, Broadcast, ...). Prints "N passed, N failed" (or a
+// skip line when no GPU is usable) and exits non-zero on failure, on an unknown argument, on a
+// filter that names no collective and when no case ran.
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <sys/wait.h>
@@ -14,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +28,7 @@
 #include "atom/host/reduce_host.h"
 #include "core/numeric.h"
 #include "core/types.h"
+#include "test/common/loopback.h"
 
 namespace {
 
@@ -69,6 +73,28 @@ std::uint64_t mix(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// Random sign and mantissa, magnitude 2^-24 to 2 (fp16's smallest subnormal to 2, so that 8 ranks'
+// products stay finite).
+float spread(std::uint64_t h) {
+  const int exponent = -24 + static_cast<int>((h >> 24) % 25);
+  const float mantissa = 1.0f + static_cast<float>(h & 0x7FFFFF) / 8388608.0f;
+  const float v = std::ldexp(mantissa, exponent);
+  return (h >> 63) ? -v : v;
+}
+
+// A value for the 16-bit types (before rounding to the type), from the element's hash (the same on
+// every rank) and the rank's. Half the elements are a spread() value on every rank. In the other
+// half every rank holds one magnitude from [1, 2) with a sign of its own, or (one rank in four) a
+// spread() value: the large ones cancel, and whether a small one keeps its low bits depends on where
+// in the rank order it comes. Partial sums in fp32 round (an fp16 value below 2^-13, a bf16 one
+// below 2^-16, has bits below the ulp of a sum near 1), so a fold in another order, or in 16 bits,
+// gives other bits than the rank-ordered fp32 one.
+float sixteen(std::uint64_t element, std::uint64_t h) {
+  if (element % 2 == 0 || h % 4 == 0) return spread(h);
+  const float big = 1.0f + static_cast<float>(element >> 41) / 8388608.0f;
+  return (h >> 62) & 1 ? -big : big;
+}
+
 // Element i of rank r's input for a case: small values so that prod and sums stay finite, never
 // all zeros.
 void fill(DataType t, std::uint64_t seed, int rank, std::size_t count, std::vector<char>* out) {
@@ -77,6 +103,7 @@ void fill(DataType t, std::uint64_t seed, int rank, std::size_t count, std::vect
   char* p = out->data();
   for (std::size_t i = 0; i < count; ++i) {
     std::uint64_t h = mix(seed ^ (static_cast<std::uint64_t>(rank) << 48) ^ i);
+    const std::uint64_t element = mix(mix(seed) ^ i);
     float f = static_cast<float>(static_cast<int>(h % 17) - 8) / 4.0f + 1.0f;  // -1 .. 3, steps of 0.25
     std::int64_t k = static_cast<std::int64_t>(h % 7) + 1 - 3;                // -2 .. 4
     switch (t) {
@@ -86,8 +113,8 @@ void fill(DataType t, std::uint64_t seed, int rank, std::size_t count, std::vect
       case DataType::uint32: { std::uint32_t v = static_cast<std::uint32_t>(h % 100000 + 1); std::memcpy(p + i * es, &v, es); break; }
       case DataType::int64: { std::int64_t v = static_cast<std::int64_t>(h % 2000001) - 1000000; std::memcpy(p + i * es, &v, es); break; }
       case DataType::uint64: { std::uint64_t v = h % 3 + 1; std::memcpy(p + i * es, &v, es); break; }
-      case DataType::f16: { std::uint16_t v = purlin::float_to_f16(f); std::memcpy(p + i * es, &v, es); break; }
-      case DataType::bf16: { std::uint16_t v = purlin::float_to_bf16(f); std::memcpy(p + i * es, &v, es); break; }
+      case DataType::f16: { std::uint16_t v = purlin::float_to_f16(sixteen(element, h)); std::memcpy(p + i * es, &v, es); break; }
+      case DataType::bf16: { std::uint16_t v = purlin::float_to_bf16(sixteen(element, h)); std::memcpy(p + i * es, &v, es); break; }
       case DataType::f32: { float v = f + static_cast<float>(h % 1000) * 1e-4f; std::memcpy(p + i * es, &v, es); break; }
       case DataType::f64: { double v = f + static_cast<double>(h % 100000) * 1e-7; std::memcpy(p + i * es, &v, es); break; }
       case DataType::f8e4m3: { std::uint8_t v = purlin::float_to_f8e4m3(f); std::memcpy(p + i * es, &v, es); break; }
@@ -403,6 +430,7 @@ int usable_gpus() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  loopback::use();
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -412,6 +440,18 @@ int main(int argc, char** argv) {
     else if (a == "--quick") o.quick = true;
     else if (a == "--filter" && i + 1 < argc) o.filter = argv[++i];
     else if (a == "--gpus" && i + 1 < argc) o.gpus = std::atoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "test_gpu_matrix: bad argument '%s'\nusage: test_gpu_matrix [--ranks N] [--threads] "
+                   "[--graph] [--quick] [--filter NAME] [--gpus G]\n", a.c_str());
+      return 2;
+    }
+  }
+  if (cases(o, o.ranks).empty()) {
+    std::printf("FAIL --filter %s names no collective (", o.filter.c_str());
+    for (int c = 0; c <= static_cast<int>(Coll::all_to_all_v); ++c)
+      std::printf("%s%s", c ? ", " : "", coll_name(static_cast<Coll>(c)));
+    std::printf(")\n0 passed, 1 failed\n");
+    return 1;
   }
   // Only ranks touch CUDA: a process that initialised CUDA cannot hand it to the children it forks.
   auto gpus_used = [&o] {
@@ -510,6 +550,10 @@ int main(int argc, char** argv) {
       std::printf("SKIPPED: no CUDA device usable on this machine\n0 passed, 0 failed, 1 skipped\n");
       return 77;
     }
+  }
+  if (passed + failed == 0) {
+    std::printf("FAIL no case ran\n");
+    failed = 1;
   }
   const int gpus = o.gpus == 1 ? 1 : gpus_used();  // every rank has finished with CUDA by now
   std::printf("%s %d ranks on %d GPU%s (%s%s): %d passed, %d failed\n", failed ? "FAILED" : "OK", o.ranks, gpus,

@@ -12,6 +12,8 @@
 #include <random>
 #include <vector>
 
+#include "test/common/loopback.h"
+
 namespace {
 
 std::int32_t value(int rank, std::size_t i, int round) {
@@ -99,6 +101,7 @@ int run_rank(int me, int n, ncclUniqueId id) {
 }  // namespace
 
 int main() {
+  loopback::use();
   int passed = 0, failed = 0;
   for (int n : {1, 2, 3, 5}) {
     setenv("PURLIN_DATAPATH", "host", 1);

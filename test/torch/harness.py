@@ -122,6 +122,8 @@ def rank_env(rank: int, world: int, port: int, logdir: Path, preload: bool,
         "MASTER_PORT": str(port),
         "PYTHONUNBUFFERED": "1",
         "NCCL_NVLS_ENABLE": "0",
+        # The bootstrap on loopback: no test's traffic reaches another interface.
+        "NCCL_SOCKET_IFNAME": "lo",
         # INFO, one log file per process: the ranks look for our INFO lines in their own.
         "NCCL_DEBUG": "INFO",
         "NCCL_DEBUG_FILE": str(logdir / "nccl.%p.log"),

@@ -30,8 +30,8 @@
 //                out = round_T(y_0 + y_1 + ... + y_n-1), in rank order in the accumulator
 //              For fp16 and fp8 the fp32 product of two elements is exact, so y is the correctly
 //              rounded product (what NCCL's __hmul gives); so it is for bf16 wherever the
-//              product lies in fp32's normal range; for f32, f64 and integers y is the product
-//              of the type itself.
+//              product lies in fp32's normal range. For f32 and f64 y is the type's own IEEE
+//              product, for integers its wrapping product.
 //
 // A NaN result is stored as the element type's canonical quiet NaN (float 0x7FFFFFFF, double
 // 0x7FFFFFFFFFFFFFFF, see core/numeric.h for the narrow types), because NaN payloads otherwise
@@ -354,7 +354,8 @@ struct Scaler {
   // op.scalar_ptr, when non-null, points at one element of type T readable where this code runs
   // (the producer's device on a GPU datapath, the CPU on the host one).
   PURLIN_HD explicit Scaler(const ReduceOp& op)
-      : scalar(E::load(op.scalar_ptr != nullptr ? *static_cast<const S*>(op.scalar_ptr) : E::from_bits(op.scalar_bits))) {}
+      : scalar(E::load(op.scalar_ptr != nullptr ? *static_cast<const S*>(op.scalar_ptr)
+                                                : E::from_bits(op.scalar_bits))) {}
 
   PURLIN_HD S apply(S x) const { return E::store(arith::mul(scalar, E::load(x))); }
 };

@@ -579,8 +579,10 @@ class SmAtom {
     };
     if constexpr (Contribution) {
       // The padding past a message's end is scaled too; its consumer never stores it.
-      if (scales(op_)) with_scaler(type_, op_, [&](const auto& sc) { send([&](std::uint64_t w) { return scale_word(sc, w); }); });
-      else send([](std::uint64_t w) { return w; });
+      if (scales(op_))
+        with_scaler(type_, op_, [&](const auto& sc) { send([&](std::uint64_t w) { return scale_word(sc, w); }); });
+      else
+        send([](std::uint64_t w) { return w; });
     } else {
       send([](std::uint64_t w) { return w; });
     }

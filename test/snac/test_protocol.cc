@@ -659,7 +659,8 @@ CallSpec exchange(const Plan* plan, int n, int call, Rng& rng, bool sparse) {
 // The call run in place, as NCCL defines it: a composition's input and output buffers coincide
 // (its shards sit at the same offsets); a packed input is the rank's own partition of a scattered
 // output (AllGather, Gather at the root) and a packed output the rank's own partition of a
-// scattered input (ReduceScatter, Scatter at the root). An exchange is not in place in the
+// scattered input (ReduceScatter, Scatter at the root); a packed input and a packed output (the
+// direct forms) sit at the same offsets already. An exchange is not in place in the
 // protocol (the executor copies its input first), so it stays as it is.
 CallSpec in_place(CallSpec spec) {
   const Plan& p = *spec.plan;
@@ -696,6 +697,8 @@ const std::vector<Declaration>& declarations() {
       {plan_of<coll::Gather>("Gather"), uniform_generator<coll::Gather>()},
       {plan_of<coll::Broadcast>("Broadcast"), uniform_generator<coll::Broadcast>()},
       {plan_of<coll::Reduce>("Reduce"), uniform_generator<coll::Reduce>()},
+      {plan_of<coll::AllReduceDirect>("AllReduceDirect"), uniform_generator<coll::AllReduceDirect>()},
+      {plan_of<coll::ReduceDirect>("ReduceDirect"), uniform_generator<coll::ReduceDirect>()},
       {plan_of<coll::AllGatherV>("AllGatherV"), &all_gather_v},
       {plan_of<coll::ReduceScatterV>("ReduceScatterV"), &reduce_scatter_v},
       {plan_of<coll::AllToAllV>("AllToAllV"),
@@ -778,6 +781,12 @@ TEST_CASE("Scatter on threads matches its movement", "[snac][protocol][root]") {
 TEST_CASE("Gather on threads matches its movement", "[snac][protocol][root]") { check_declaration("Gather"); }
 TEST_CASE("Broadcast on threads matches its movement", "[snac][protocol][root]") { check_declaration("Broadcast"); }
 TEST_CASE("Reduce on threads matches its movement", "[snac][protocol][root]") { check_declaration("Reduce"); }
+TEST_CASE("AllReduceDirect on threads matches its movement", "[snac][protocol][direct]") {
+  check_declaration("AllReduceDirect");
+}
+TEST_CASE("ReduceDirect on threads matches its movement", "[snac][protocol][direct][root]") {
+  check_declaration("ReduceDirect");
+}
 TEST_CASE("AllGatherV on threads matches its movement", "[snac][protocol][v]") { check_declaration("AllGatherV"); }
 TEST_CASE("ReduceScatterV on threads matches its movement", "[snac][protocol][v]") {
   check_declaration("ReduceScatterV");

@@ -18,9 +18,20 @@
 //   min        acc = (xs < acc) ? xs : acc
 //   avg        sum, then acc / nranks in the accumulator type (integers truncate toward zero);
 //              the divisor is ReduceOp::nranks, not the number of sources (nranks < 1 acts as 1)
-//   premulsum  acc = s*x0; acc = acc + s*xs, where s is the element-type scalar
-//              (ReduceOp::scalar_ptr when non-null, else the bits in ReduceOp::scalar_bits)
-//              widened to the accumulator
+//   premulsum  as NCCL defines it, each rank's contribution is multiplied by that rank's own
+//              scalar, then the contributions are summed. The multiplication is the producer's
+//              step (scale_range), applied by the rank that makes a contribution before the
+//              contribution leaves it:
+//                y = round_T(s_r * x), x and s_r widened to the accumulator exactly, one IEEE
+//                multiplication, rounded to the element type T once (integers wrap)
+//              where s_r is rank r's scalar of type T (ReduceOp::scalar_ptr when non-null, read
+//              where the producer's datapath runs, else the bits in ReduceOp::scalar_bits). The
+//              consumer then folds the scaled contributions with sum:
+//                out = round_T(y_0 + y_1 + ... + y_n-1), in rank order in the accumulator
+//              For fp16 and fp8 the fp32 product of two elements is exact, so y is the correctly
+//              rounded product (what NCCL's __hmul gives); so it is for bf16 wherever the
+//              product lies in fp32's normal range. For f32 and f64 y is the type's own IEEE
+//              product, for integers its wrapping product.
 //
 // A NaN result is stored as the element type's canonical quiet NaN (float 0x7FFFFFFF, double
 // 0x7FFFFFFFFFFFFFFF, see core/numeric.h for the narrow types), because NaN payloads otherwise
@@ -233,21 +244,17 @@ struct RedFn<RedOpKind::avg, A> {
   PURLIN_HD A post(A acc) const { return arith::div(acc, divisor); }
 };
 
-template <class A>
-struct RedFn<RedOpKind::premulsum, A> {
-  A scalar;
-  PURLIN_HD A pre(A x) const { return arith::mul(scalar, x); }
-  PURLIN_HD A combine(A acc, A x) const { return arith::add(acc, x); }
-  PURLIN_HD A post(A acc) const { return acc; }
-};
+// PreMulSum has no RedFn of its own: its contributions arrive scaled (scale_range) and are summed.
+// The dispatchers below hand it to RedFn<sum>.
 
 // ---- the reduction ------------------------------------------------------------------------------
 
-// Reducer<T, K>: the operator bound to its parameters (scalar read once, divisor), with the
-// per-element steps. GPU kernels that stride over elements call element(); whole ranges go
-// through reduce_range().
+// Reducer<T, K>: the operator bound to its parameters (the avg divisor), with the per-element
+// steps. GPU kernels that stride over elements call element(); whole ranges go through
+// reduce_range().
 template <DataType T, RedOpKind K>
 struct Reducer {
+  static_assert(K != RedOpKind::premulsum, "PreMulSum's consumers fold with Reducer<T, sum> (see above)");
   using E = Elem<T>;
   using S = typename E::storage;
   using A = typename E::acc;
@@ -270,12 +277,7 @@ struct Reducer {
 
  private:
   static PURLIN_HD Fn make(const ReduceOp& op) {
-    if constexpr (K == RedOpKind::premulsum) {
-      // scalar_ptr points at one element of type T, readable where this code runs.
-      const S s = op.scalar_ptr != nullptr ? *static_cast<const S*>(op.scalar_ptr)
-                                           : E::from_bits(op.scalar_bits);
-      return Fn{E::load(s)};
-    } else if constexpr (K == RedOpKind::avg) {
+    if constexpr (K == RedOpKind::avg) {
       return Fn{static_cast<typename Fn::Divisor>(op.nranks > 0 ? op.nranks : 1)};
     } else {
       return Fn{};
@@ -335,39 +337,85 @@ PURLIN_HD void reduce_range(void* dst, const void* const* srcs, int nsrc, std::s
 #endif
 }
 
+// ---- PreMulSum's producer step ------------------------------------------------------------------
+
+// Whether a contribution to reduction `op` is scaled by its producer before it leaves the rank.
+PURLIN_HD constexpr bool scales(const ReduceOp& op) { return op.kind == RedOpKind::premulsum; }
+
+// Scaler<T>: y = round_T(s * x) with this rank's scalar s, read once at construction.
+template <DataType T>
+struct Scaler {
+  using E = Elem<T>;
+  using S = typename E::storage;
+  using A = typename E::acc;
+
+  A scalar;
+
+  // op.scalar_ptr, when non-null, points at one element of type T readable where this code runs
+  // (the producer's device on a GPU datapath, the CPU on the host one).
+  PURLIN_HD explicit Scaler(const ReduceOp& op)
+      : scalar(E::load(op.scalar_ptr != nullptr ? *static_cast<const S*>(op.scalar_ptr)
+                                                : E::from_bits(op.scalar_bits))) {}
+
+  PURLIN_HD S apply(S x) const { return E::store(arith::mul(scalar, E::load(x))); }
+};
+
+// dst[i] = round_T(s * src[i]) for i in [begin, end), s being op's scalar. dst may be src exactly,
+// never a partial overlap.
+template <DataType T>
+PURLIN_HD void scale_range(void* dst, const void* src, std::size_t begin, std::size_t end, const ReduceOp& op) {
+  using S = typename Scaler<T>::S;
+  const Scaler<T> sc(op);
+  S* out = static_cast<S*>(dst);
+  const S* in = static_cast<const S*>(src);
+  for (std::size_t i = begin; i < end; ++i) out[i] = sc.apply(in[i]);
+}
+
+// ---- run-time dispatch --------------------------------------------------------------------------
+
+// Calls f.template operator()<T>() for the runtime type t. Returns false (and calls nothing) when
+// t is not a known value.
+template <class F>
+bool dispatch_type(DataType t, F&& f) {
+  switch (t) {
+    case DataType::int8: f.template operator()<DataType::int8>(); return true;
+    case DataType::uint8: f.template operator()<DataType::uint8>(); return true;
+    case DataType::int32: f.template operator()<DataType::int32>(); return true;
+    case DataType::uint32: f.template operator()<DataType::uint32>(); return true;
+    case DataType::int64: f.template operator()<DataType::int64>(); return true;
+    case DataType::uint64: f.template operator()<DataType::uint64>(); return true;
+    case DataType::f16: f.template operator()<DataType::f16>(); return true;
+    case DataType::f32: f.template operator()<DataType::f32>(); return true;
+    case DataType::f64: f.template operator()<DataType::f64>(); return true;
+    case DataType::bf16: f.template operator()<DataType::bf16>(); return true;
+    case DataType::f8e4m3: f.template operator()<DataType::f8e4m3>(); return true;
+    case DataType::f8e5m2: f.template operator()<DataType::f8e5m2>(); return true;
+  }
+  return false;
+}
+
 // Calls f.template operator()<T, K>() for the runtime pair (t, k), so that callers choose an
-// instantiation once per call rather than per element. Returns false (and calls nothing) when
-// t or k is not a known value.
+// instantiation once per call rather than per element; K is the fold a consumer applies, so
+// PreMulSum's is sum (its contributions arrive scaled). Returns false (and calls nothing) when t
+// or k is not a known value.
 template <DataType T, class F>
 bool dispatch_reduction_op(RedOpKind k, F& f) {
   switch (k) {
-    case RedOpKind::sum: f.template operator()<T, RedOpKind::sum>(); return true;
+    case RedOpKind::sum:
+    case RedOpKind::premulsum: f.template operator()<T, RedOpKind::sum>(); return true;
     case RedOpKind::prod: f.template operator()<T, RedOpKind::prod>(); return true;
     case RedOpKind::max: f.template operator()<T, RedOpKind::max>(); return true;
     case RedOpKind::min: f.template operator()<T, RedOpKind::min>(); return true;
     case RedOpKind::avg: f.template operator()<T, RedOpKind::avg>(); return true;
-    case RedOpKind::premulsum: f.template operator()<T, RedOpKind::premulsum>(); return true;
   }
   return false;
 }
 
 template <class F>
 bool dispatch_reduction(DataType t, RedOpKind k, F&& f) {
-  switch (t) {
-    case DataType::int8: return dispatch_reduction_op<DataType::int8>(k, f);
-    case DataType::uint8: return dispatch_reduction_op<DataType::uint8>(k, f);
-    case DataType::int32: return dispatch_reduction_op<DataType::int32>(k, f);
-    case DataType::uint32: return dispatch_reduction_op<DataType::uint32>(k, f);
-    case DataType::int64: return dispatch_reduction_op<DataType::int64>(k, f);
-    case DataType::uint64: return dispatch_reduction_op<DataType::uint64>(k, f);
-    case DataType::f16: return dispatch_reduction_op<DataType::f16>(k, f);
-    case DataType::f32: return dispatch_reduction_op<DataType::f32>(k, f);
-    case DataType::f64: return dispatch_reduction_op<DataType::f64>(k, f);
-    case DataType::bf16: return dispatch_reduction_op<DataType::bf16>(k, f);
-    case DataType::f8e4m3: return dispatch_reduction_op<DataType::f8e4m3>(k, f);
-    case DataType::f8e5m2: return dispatch_reduction_op<DataType::f8e5m2>(k, f);
-  }
-  return false;
+  bool known = false;
+  const bool typed = dispatch_type(t, [&]<DataType T>() { known = dispatch_reduction_op<T>(k, f); });
+  return typed && known;
 }
 
 }  // namespace purlin

@@ -62,7 +62,7 @@ ncclRedOp_t builtin_op(Op op) {
 }
 
 // The operator of one row: a built-in one, or a PreMulSum created on the communicator for the
-// row and destroyed after it.
+// row with this rank's own scalar, and destroyed after it.
 class RowOp {
  public:
   template <class T>
@@ -148,7 +148,7 @@ Measurement Bench::run_typed(const RowSpec& spec) {
   const int root = std::max(spec.root, 0);
   const bool input_read = coll.reads_input(rank_, root);
   const bool output_written = coll.writes_output(rank_, root);
-  RowOp op(spec.op, spec.type, comm_, Element<T>::premul_scalar());
+  RowOp op(spec.op, spec.type, comm_, Element<T>::premul_scalar(rank_));
   const CallArgs args{counts.param, spec.type, op.get(), root, rank_, nranks_, comm_,
                       datapath_.stream()};
 

@@ -67,7 +67,8 @@ decltype(auto) visit_type(ncclDataType_t type, F&& f) {
 //   load(T) -> Acc, store(Acc) -> T
 //   combine(op, Acc, Acc), divide(Acc, n) for avg
 //   make(random, op, nranks)  a non-zero input suited to op (no overflow to inf, no subnormals)
-//   premul_scalar()           the PreMulSum scalar purlin-perf uses (exact in every type)
+//   premul_scalar(rank)       rank's own PreMulSum scalar, as nccl-tests chooses it: 1 on even
+//                             ranks, 2 on odd ones (exact in every type)
 //   close(got, want)          exact for integers; within the type's relative tolerance for floats
 template <class T> struct Element;
 
@@ -87,7 +88,7 @@ struct IntegerElement {
     }
   }
   static Acc divide(Acc a, int n) { return static_cast<T>(a / static_cast<T>(n)); }
-  static T premul_scalar() { return T(2); }
+  static T premul_scalar(int rank) { return T(rank % 2 == 0 ? 1 : 2); }
   static T make(std::uint64_t random, Op op, int /*nranks*/) {
     switch (op) {
       case Op::prod:  // odd factors: a product of odd numbers never wraps to zero
@@ -145,7 +146,7 @@ struct FloatElement {
     }
   }
   static Acc divide(Acc a, int n) { return a / static_cast<Acc>(n); }
-  static T premul_scalar() { return store(Acc(0.5)); }
+  static T premul_scalar(int rank) { return store(Acc(rank % 2 == 0 ? 1 : 2)); }
   // Sums see [1, 2); products see values within 0.5/n of 1 so n factors stay near 1; max, min and
   // copies see +-[0.5, 2). Every range is far from zero, infinity and the subnormals of fp8.
   static T make(std::uint64_t random, Op op, int nranks) {

@@ -59,12 +59,12 @@ class Reference {
     return values;
   }
 
-  // The library's order: rank 0 first, accumulating in E::Acc, avg dividing at the end.
+  // The library's order: rank 0 first, accumulating in E::Acc, avg dividing at the end. A
+  // PreMulSum contribution is rank k's input times rank k's own scalar, rounded to T.
   T reduced(std::size_t index) const {
-    const auto scalar = E::load(E::premul_scalar());
     auto contribution = [&](int k) {
       auto v = E::load(input(k, index));
-      return op_ == Op::premulsum ? E::combine(Op::prod, v, scalar) : v;
+      return op_ == Op::premulsum ? E::load(E::store(E::combine(Op::prod, v, E::load(E::premul_scalar(k))))) : v;
     };
     auto acc = contribution(0);
     for (int k = 1; k < nranks_; ++k) acc = E::combine(op_, acc, contribution(k));

@@ -310,7 +310,8 @@ Op plan(const Op& op, const Policy& policy) {
 
 // With one rank every collective leaves its input in its output, unless the reduction scales it
 // (PreMulSum): a copy, or nothing in place, as NCCL does. Reductions of one source in the datapath
-// convert through the accumulation type and back, which gives the same bits.
+// convert through the accumulation type and back, which gives the same bits; PreMulSum runs the
+// datapath, whose producer step leaves round_T(s * x) (atom/reduce.h) for its one-source sum.
 bool one_rank_copy(const Op& op) {
   if (op.in.size() != 1 || op.out.size() != 1 || op.in[0].bytes != op.out[0].bytes) return false;
   switch (op.kind) {

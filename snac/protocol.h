@@ -20,6 +20,10 @@
 //    consumer (or to the root alone when the root consumes);
 //  - a packed reduce output folds producers in rank order 0..n-1, chunk by chunk; scattered and
 //    transposed outputs copy producer s into partition s.
+//  - a reduction's producer stages or pushes its contribution through the Atom's contribute and
+//    push_contributions, which apply the reduction's producer step (PreMulSum: the producer's own
+//    scalar, atom/reduce.h) on the way; its consumers only fold. A composition scales in its first
+//    part alone: what its second part moves is already reduced.
 //
 // Roles (threads on the host, groups of CTAs on a GPU): stage (F's producer), consume (F's consumer,
 // which for a composition also stages G's input straight into G's lane), and for compositions
@@ -212,14 +216,16 @@ PURLIN_HD Status push_messages(Atom& atom, const Context& ctx, const Call& call,
     value = flag_word(tx[d] + 1 - 2);
     return true;
   }));
-  atom.push_each(n, [&](int i, PacketPush& m) {
+  auto message = [&](int i, PacketPush& m) {
     const int d = served(ctx, i);
     Offer o;
     if (!latency_offer<D>(ctx, call, d, &o)) return false;
     const std::uint64_t q = tx[d] + 1;
     m = PacketPush{packets_of(ctx, d, phase, ctx.rank, q), o.src, o.bytes, flag_word(q, message_tag<D>(call, o.bytes))};
     return true;
-  });
+  };
+  if constexpr (D::consume == Consume::reduce) atom.push_contributions(n, message);
+  else atom.push_each(n, message);
   atom.put_each(n, [&](int d, std::uint64_t*& word, std::uint64_t& value) {
     Offer o;
     if (!latency_offer<D>(ctx, call, d, &o)) return false;
@@ -321,7 +327,8 @@ PURLIN_HD Status stage(Atom& atom, const Context& ctx, const Call& call, const L
       status = wait_slot<D>(atom, ctx, call, l, phase, o, j);
       if (status != Status::ok) return;
       char* slot = ctx.win[ctx.rank].staging + lane_offset(ctx, l, phase, o.lane) + (j % l.slots) * l.chunk;
-      atom.copy(slot, o.src + begin, len);
+      if constexpr (D::consume == Consume::reduce) atom.contribute(slot, o.src + begin, len);
+      else atom.copy(slot, o.src + begin, len);
       notify_chunk<D>(atom, ctx, call, phase, o, j);
     });
     PURLIN_TRY(status);

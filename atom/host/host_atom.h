@@ -1,6 +1,10 @@
 // The host datapath's Atom: plain memory copies, the rank-ordered reduction on the CPU, and flags as
 // std::atomic_ref on shared memory (release on signal, acquire on wait). One thread executes a role;
 // every wait polls an abort flag and a deadline so that a dead or stuck peer ends in an error.
+//
+// A reduction's contributions leave their producer through contribute (staging) and
+// push_contributions (packets), which apply the producer's step of the reduction (PreMulSum: this
+// rank's scalar, atom/reduce.h); reduce and pull_reduce are the consumer's fold.
 #pragma once
 
 #include <atomic>
@@ -13,6 +17,7 @@
 #include "atom/host/reduce_host.h"
 #include "atom/ll_packet.h"
 #include "atom/packet.h"
+#include "atom/reduce.h"
 #include "core/status.h"
 #include "core/types.h"
 
@@ -37,7 +42,16 @@ class HostAtom {
     if (dst != src && bytes) std::memmove(dst, src, bytes);
   }
 
-  // dst[i] = fold over srcs[0..n-1] in order. dst may equal a source exactly.
+  // copy for this rank's contribution to a reduction: PreMulSum writes each element times this
+  // rank's scalar, rounded to the element type (scale_host); any other operator copies. Plain
+  // stores, as copy: a later signal (release) publishes them. dst may be src exactly.
+  void contribute(void* dst, const void* src, std::size_t bytes) const {
+    if (!scales(op_)) return copy(dst, src, bytes);
+    scale_host(type_, op_, dst, src, bytes / size_of(type_));
+  }
+
+  // dst[i] = fold over srcs[0..n-1] in order (PreMulSum: the sum of the scaled contributions).
+  // dst may equal a source exactly.
   void reduce(void* dst, const char* const* srcs, int n, std::size_t bytes) const {
     reduce_host(type_, op_, dst, reinterpret_cast<const void* const*>(srcs), n, bytes / size_of(type_));
   }
@@ -107,6 +121,27 @@ class HostAtom {
       if (f(i, m)) push(m.dst, m.src, m.bytes, m.q);
     }
   }
+  // push_each for messages that are this rank's contributions to a reduction: the payload pushed
+  // is what contribute would stage (scaled for PreMulSum), with push's ordering. Each message is
+  // scaled from its source into a buffer of this thread before its packets go out; consecutive
+  // messages of one source share that buffer.
+  template <class F>
+  void push_contributions(int n, F&& f) const {
+    if (!scales(op_)) return push_each(n, f);
+    const char* last = nullptr;
+    std::uint64_t last_bytes = 0;
+    for (int i = 0; i < n; ++i) {
+      PacketPush m{};
+      if (!f(i, m)) continue;
+      std::vector<char>& buf = scale_buffer(m.bytes);
+      if (m.src != last || m.bytes != last_bytes) {
+        contribute(buf.data(), m.src, m.bytes);
+        last = m.src;
+        last_bytes = m.bytes;
+      }
+      push(m.dst, buf.data(), m.bytes, m.q);
+    }
+  }
   template <class F>
   Status pull_each(int n, F&& f) const {
     for (int i = 0; i < n; ++i) {
@@ -142,7 +177,7 @@ class HostAtom {
       LLSend m{};
       if (!f(i, m)) continue;
       const char* src = m.src;
-      if (reduces && m.bytes && op_.kind == RedOpKind::premulsum) {
+      if (reduces && m.bytes && scales(op_)) {
         std::vector<char>& buf = scale_buffer(m.bytes);
         scale_host(type_, op_, buf.data(), m.src, m.bytes / size_of(type_));
         src = buf.data();
@@ -165,12 +200,11 @@ class HostAtom {
   Status fold(char* dst, std::uint64_t bytes, int me, const char* self, int n, F&& f) const {
     std::vector<char>& buf = pull_buffer(static_cast<std::size_t>(n) * bytes);
     const char* srcs[kMaxBatch];
-    ReduceOp by = op_;
     for (int s = 0; s < n; ++s) {
       char* into = buf.data() + static_cast<std::size_t>(s) * bytes;
       if (s == me) {
         srcs[s] = self;
-        if (op_.kind == RedOpKind::premulsum) {
+        if (scales(op_)) {
           scale_host(type_, op_, into, self, bytes / size_of(type_));
           srcs[s] = into;
         }
@@ -181,8 +215,7 @@ class HostAtom {
       PURLIN_TRY(pull_ll(into, m.src, bytes, m.flag));
       srcs[s] = into;
     }
-    if (by.kind == RedOpKind::premulsum) by.kind = RedOpKind::sum;  // the contributions came scaled
-    reduce_host(type_, by, dst, reinterpret_cast<const void* const*>(srcs), n, bytes / size_of(type_));
+    reduce_host(type_, op_, dst, reinterpret_cast<const void* const*>(srcs), n, bytes / size_of(type_));
     return Status::ok;
   }
 
@@ -206,6 +239,12 @@ class HostAtom {
 
   // Per-thread room for pull_reduce's received messages; grows, never shrinks.
   static std::vector<char>& pull_buffer(std::size_t bytes) {
+    thread_local std::vector<char> buf;
+    if (buf.size() < bytes) buf.resize(bytes);
+    return buf;
+  }
+  // Per-thread room for push_contributions' scaled message; grows, never shrinks.
+  static std::vector<char>& scale_buffer(std::size_t bytes) {
     thread_local std::vector<char> buf;
     if (buf.size() < bytes) buf.resize(bytes);
     return buf;

@@ -1,5 +1,7 @@
 #include "atom/host/reduce_host.h"
 
+#include <cstring>
+
 #include "atom/reduce.h"
 
 namespace purlin {
@@ -12,13 +14,11 @@ void reduce_host(DataType type, const ReduceOp& op, void* dst, const void* const
 }
 
 void scale_host(DataType type, const ReduceOp& op, void* dst, const void* src, std::size_t count) {
-  dispatch_reduction(type, RedOpKind::premulsum, [&]<DataType T, RedOpKind K>() {
-    const Reducer<T, K> r(op);
-    using S = typename Reducer<T, K>::S;
-    const S* in = static_cast<const S*>(src);
-    S* out = static_cast<S*>(dst);
-    for (std::size_t i = 0; i < count; ++i) out[i] = r.finish(r.first(in[i]));
-  });
+  if (!scales(op)) {
+    if (dst != src && count) std::memmove(dst, src, count * size_of(type));
+    return;
+  }
+  dispatch_type(type, [&]<DataType T>() { scale_range<T>(dst, src, 0, count, op); });
 }
 
 }  // namespace purlin

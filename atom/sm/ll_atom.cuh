@@ -49,15 +49,20 @@ __device__ __forceinline__ void ll_store_word(char* dst, std::uint64_t p, std::u
   for (std::uint64_t b = 0; b < 8 && p * 8 + b < bytes; ++b) dst[p * 8 + b] = static_cast<char>(v >> (8 * b));
 }
 
-// A producer's own contribution as PreMulSum sends it: every element scaled by the rank's scalar
-// and rounded to the element type (Reducer<T, premulsum>'s first, then finish).
-template <class R>
+// A producer's own contribution as PreMulSum sends it: every element of the word scaled by the
+// rank's scalar and rounded to the element type (atom/reduce.h's Scaler).
+template <DataType T>
 struct ScaleWord {
-  R r;
+  Scaler<T> sc;
   __device__ __forceinline__ std::uint64_t operator()(std::uint64_t w) const {
-    WordFold<R, 8> f;
-    f.first(r, w);
-    return f.template finish<std::uint64_t>(r);
+    using S = typename Scaler<T>::S;
+    constexpr int kElems = 8 / static_cast<int>(sizeof(S));
+    S e[kElems];
+    memcpy(e, &w, 8);
+#pragma unroll
+    for (int k = 0; k < kElems; ++k) e[k] = sc.apply(e[k]);
+    memcpy(&w, e, 8);
+    return w;
   }
 };
 struct SameWord {
@@ -76,8 +81,8 @@ __device__ __forceinline__ void with_exchange_reducer(DataType type, const Reduc
       case RedOpKind::max: return f(Reducer<T, RedOpKind::max>(op), SameWord{});
       case RedOpKind::min: return f(Reducer<T, RedOpKind::min>(op), SameWord{});
       case RedOpKind::avg: return f(Reducer<T, RedOpKind::avg>(op), SameWord{});
-      case RedOpKind::premulsum:
-        return f(Reducer<T, RedOpKind::sum>(op), ScaleWord<Reducer<T, RedOpKind::premulsum>>{Reducer<T, RedOpKind::premulsum>(op)});
+      case RedOpKind::premulsum:  // scaled by each producer, then summed
+        return f(Reducer<T, RedOpKind::sum>(op), ScaleWord<T>{Scaler<T>(op)});
     }
   };
   switch (type) {

@@ -9,6 +9,10 @@
 //    result (and the ordering) to every thread.
 //  - push: one 16-byte store per packet {8 data bytes, 8-byte flag word}; pull_each and pull_reduce
 //    spin on the packet's flag word with 16-byte volatile loads.
+//  - contribute and push_contributions are copy and push_each for this rank's contribution to a
+//    reduction, with their ordering: the data written is the contribution after the reduction's
+//    producer step (PreMulSum: each element times this rank's scalar, atom/reduce.h), computed in
+//    registers between the load and the store. reduce and pull_reduce are the consumer's fold.
 //  - every wait compares flag words as atom/packet.h says: a word with the awaited sequence number
 //    and another tag ends the wait with Status::invalid_usage (the ranks' calls differ).
 // Every spin checks the communicator's abort word, the rank's fault word and a time budget every
@@ -72,24 +76,12 @@ __device__ __forceinline__ void ld_packet(const Packet* p, std::uint64_t* data, 
   asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(*data), "=l"(*flag) : "l"(p) : "memory");
 }
 
-// Calls f(reducer) with the Reducer<T, K> of a type and operator chosen at run time: one switch per
-// call, then typed code.
+// Calls f(std::integral_constant<DataType, T>{}) for the type chosen at run time.
 template <class F>
-__device__ __forceinline__ void with_reducer(DataType type, const ReduceOp& op, F&& f) {
-  auto by_op = [&](auto tag_t) {
-    constexpr DataType T = decltype(tag_t)::value;
-    switch (op.kind) {
-      case RedOpKind::sum: return f(Reducer<T, RedOpKind::sum>(op));
-      case RedOpKind::prod: return f(Reducer<T, RedOpKind::prod>(op));
-      case RedOpKind::max: return f(Reducer<T, RedOpKind::max>(op));
-      case RedOpKind::min: return f(Reducer<T, RedOpKind::min>(op));
-      case RedOpKind::avg: return f(Reducer<T, RedOpKind::avg>(op));
-      case RedOpKind::premulsum: return f(Reducer<T, RedOpKind::premulsum>(op));
-    }
-  };
+__device__ __forceinline__ void with_type(DataType type, F&& f) {
   switch (type) {
 #define PURLIN_TYPE_CASE(t) \
-  case DataType::t: return by_op(std::integral_constant<DataType, DataType::t>{});
+  case DataType::t: return f(std::integral_constant<DataType, DataType::t>{});
     PURLIN_TYPE_CASE(int8)
     PURLIN_TYPE_CASE(uint8)
     PURLIN_TYPE_CASE(int32)
@@ -104,6 +96,76 @@ __device__ __forceinline__ void with_reducer(DataType type, const ReduceOp& op, 
     PURLIN_TYPE_CASE(f8e5m2)
 #undef PURLIN_TYPE_CASE
   }
+}
+
+// Calls f(reducer) with the consumer's Reducer<T, K> of a type and operator chosen at run time: one
+// switch per call, then typed code. PreMulSum folds with sum: its contributions arrive scaled.
+template <class F>
+__device__ __forceinline__ void with_reducer(DataType type, const ReduceOp& op, F&& f) {
+  with_type(type, [&](auto tag_t) {
+    constexpr DataType T = decltype(tag_t)::value;
+    switch (op.kind) {
+      case RedOpKind::sum:
+      case RedOpKind::premulsum: return f(Reducer<T, RedOpKind::sum>(op));
+      case RedOpKind::prod: return f(Reducer<T, RedOpKind::prod>(op));
+      case RedOpKind::max: return f(Reducer<T, RedOpKind::max>(op));
+      case RedOpKind::min: return f(Reducer<T, RedOpKind::min>(op));
+      case RedOpKind::avg: return f(Reducer<T, RedOpKind::avg>(op));
+    }
+  });
+}
+
+// Calls f(scaler) with the Scaler<T> (PreMulSum's producer step) of the type chosen at run time; the
+// scalar is read once, here.
+template <class F>
+__device__ __forceinline__ void with_scaler(DataType type, const ReduceOp& op, F&& f) {
+  with_type(type, [&](auto tag_t) { return f(Scaler<decltype(tag_t)::value>(op)); });
+}
+
+// The elements packed in one word, each scaled.
+template <class Sc, class Word>
+__device__ __forceinline__ Word scale_word(const Sc& sc, Word w) {
+  using S = typename Sc::S;
+  constexpr int kElems = static_cast<int>(sizeof(Word) / sizeof(S));
+  S e[kElems];
+  memcpy(e, &w, sizeof(Word));
+#pragma unroll
+  for (int k = 0; k < kElems; ++k) e[k] = sc.apply(e[k]);
+  memcpy(&w, e, sizeof(Word));
+  return w;
+}
+
+// dst = src scaled, `count` elements, by every thread of the CTA: whole 16-byte vectors where dst
+// and src share their alignment (four loads in flight per thread), element by element around them
+// and otherwise.
+template <class Sc>
+__device__ __forceinline__ void scale_block(const Sc& sc, void* dst, const void* src, std::size_t count) {
+  using S = typename Sc::S;
+  constexpr std::size_t V = 16 / sizeof(S);
+  const std::size_t tid = threadIdx.x, stride = blockDim.x;
+  S* out = static_cast<S*>(dst);
+  const S* in = static_cast<const S*>(src);
+  const std::uintptr_t d = reinterpret_cast<std::uintptr_t>(dst), s = reinterpret_cast<std::uintptr_t>(src);
+  std::size_t head = count, vecs = 0;
+  if (((d ^ s) & 15) == 0 && (d & 15) % sizeof(S) == 0) {
+    head = ((16 - (d & 15)) & 15) / sizeof(S);
+    if (head > count) head = count;
+    vecs = (count - head) / V;
+  }
+  for (std::size_t i = tid; i < head; i += stride) out[i] = sc.apply(in[i]);
+  const uint4* vin = reinterpret_cast<const uint4*>(in + head);
+  uint4* vout = reinterpret_cast<uint4*>(out + head);
+  constexpr int U = 4;
+  std::size_t i = tid;
+  for (; i + (U - 1) * stride < vecs; i += U * stride) {
+    uint4 w[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) w[u] = vin[i + u * stride];
+#pragma unroll
+    for (int u = 0; u < U; ++u) vout[i + u * stride] = scale_word(sc, w[u]);
+  }
+  for (; i < vecs; i += stride) vout[i] = scale_word(sc, vin[i]);
+  for (std::size_t k = head + vecs * V + tid; k < count; k += stride) out[k] = sc.apply(in[k]);
 }
 
 // Folds the elements packed in one W-byte word of each source, in source order, into acc.
@@ -259,6 +321,16 @@ class SmAtom {
     __syncthreads();
   }
 
+  // copy for this rank's contribution to a reduction: PreMulSum writes each element times this
+  // rank's scalar, rounded to the element type; any other operator copies. Ends with a CTA
+  // barrier, as copy; a later signal (release) publishes the data.
+  __device__ void contribute(void* dst, const void* src, std::size_t bytes) const {
+    if (!scales(op_)) return copy(dst, src, bytes);
+    with_scaler(type_, op_, [&](const auto& sc) { scale_block(sc, dst, src, bytes / size_of(type_)); });
+    __syncthreads();
+  }
+
+  // dst = the consumer's fold of srcs (PreMulSum: the sum of the scaled contributions).
   __device__ void reduce(void* dst, const char* const* srcs, int n, std::size_t bytes) const {
     const std::size_t count = bytes / size_of(type_);
     with_reducer(type_, op_, [&](const auto& r) {
@@ -405,28 +477,15 @@ class SmAtom {
   // only after every read of source word i by this call (an in-place consumer may overwrite it then).
   template <class F>
   __device__ void push_each(int n, F&& f) const {
-    __shared__ PacketPush batch[kMaxBatch];
-    __shared__ int live[kMaxBatch];
-    __syncthreads();
-    for (int i = threadIdx.x; i < n; i += blockDim.x) live[i] = f(i, batch[i]) ? 1 : 0;
-    __syncthreads();
-    std::uint64_t packets = 0;
-    for (int m = 0; m < n; ++m)
-      if (live[m] && (batch[m].bytes + 7) / 8 > packets) packets = (batch[m].bytes + 7) / 8;
-    for (std::uint64_t p = threadIdx.x; p < packets; p += blockDim.x) {
-      const char* last = nullptr;
-      std::uint64_t last_bytes = 0, v = 0;
-      for (int m = 0; m < n; ++m) {
-        if (!live[m] || p * 8 >= batch[m].bytes) continue;
-        if (batch[m].src != last || batch[m].bytes != last_bytes) {
-          last = batch[m].src;
-          last_bytes = batch[m].bytes;
-          v = load_word(last, p, last_bytes);
-        }
-        st_packet(batch[m].dst + p, v, batch[m].q);
-      }
-    }
-    __syncthreads();
+    push_batch<false>(n, f);
+  }
+
+  // push_each for messages that are this rank's contributions to a reduction: each word pushed is
+  // the source word after the reduction's producer step (contribute's arithmetic), with push_each's
+  // ordering.
+  template <class F>
+  __device__ void push_contributions(int n, F&& f) const {
+    push_batch<true>(n, f);
   }
 
   // Receives every message f(i, PacketPull&) names.
@@ -490,6 +549,44 @@ class SmAtom {
   __device__ void release(std::uint64_t* flag, std::uint64_t value) const {
     if (one_gpu_) st_release_gpu(flag, value);
     else st_release_sys(flag, value);
+  }
+
+  // push_each (Contribution false) and push_contributions (true).
+  template <bool Contribution, class F>
+  __device__ void push_batch(int n, F& f) const {
+    __shared__ PacketPush batch[kMaxBatch];
+    __shared__ int live[kMaxBatch];
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) live[i] = f(i, batch[i]) ? 1 : 0;
+    __syncthreads();
+    std::uint64_t packets = 0;
+    for (int m = 0; m < n; ++m)
+      if (live[m] && (batch[m].bytes + 7) / 8 > packets) packets = (batch[m].bytes + 7) / 8;
+    auto send = [&](auto&& transform) {
+      for (std::uint64_t p = threadIdx.x; p < packets; p += blockDim.x) {
+        const char* last = nullptr;
+        std::uint64_t last_bytes = 0, v = 0;
+        for (int m = 0; m < n; ++m) {
+          if (!live[m] || p * 8 >= batch[m].bytes) continue;
+          if (batch[m].src != last || batch[m].bytes != last_bytes) {
+            last = batch[m].src;
+            last_bytes = batch[m].bytes;
+            v = transform(load_word(last, p, last_bytes));
+          }
+          st_packet(batch[m].dst + p, v, batch[m].q);
+        }
+      }
+    };
+    if constexpr (Contribution) {
+      // The padding past a message's end is scaled too; its consumer never stores it.
+      if (scales(op_))
+        with_scaler(type_, op_, [&](const auto& sc) { send([&](std::uint64_t w) { return scale_word(sc, w); }); });
+      else
+        send([](std::uint64_t w) { return w; });
+    } else {
+      send([](std::uint64_t w) { return w; });
+    }
+    __syncthreads();
   }
 
   // Word p of a message (zero-padded past its end).

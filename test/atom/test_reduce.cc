@@ -1,6 +1,9 @@
-// reduce_host and reduce_range for every element type and operator against a reference written
-// independently: integers in 64-bit modular arithmetic, fp32 accumulation through double (one
-// double operation rounded to float is the correctly rounded float operation), double directly.
+// reduce_host, scale_host and reduce_range for every element type and operator against a
+// reference written independently: integers in 64-bit modular arithmetic, fp32 accumulation through
+// double (one double operation rounded to float is the correctly rounded float operation), double
+// directly. PreMulSum is checked as the datapaths compute it: every source is one rank's
+// contribution, scaled by that rank's own scalar (scale_host), and the scaled contributions are
+// folded (reduce_host).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -54,11 +57,13 @@ double ref_div(double a, double b) {
   return r;
 }
 
+// Every operator but premulsum (which the callers reduce to a sum of scaled values).
 template <class A>
-A ref_fold_float(RedOpKind k, const std::vector<A>& xs, A scalar, int nranks) {
+A ref_fold_float(RedOpKind k, const std::vector<A>& xs, int nranks) {
   A acc = xs[0];
   switch (k) {
     case RedOpKind::sum:
+    case RedOpKind::premulsum:
     case RedOpKind::avg:
       for (std::size_t s = 1; s < xs.size(); ++s) acc = ref_add(acc, xs[s]);
       if (k == RedOpKind::avg) acc = ref_div(acc, static_cast<A>(nranks));
@@ -72,34 +77,25 @@ A ref_fold_float(RedOpKind k, const std::vector<A>& xs, A scalar, int nranks) {
     case RedOpKind::min:
       for (std::size_t s = 1; s < xs.size(); ++s) acc = xs[s] < acc ? xs[s] : acc;
       break;
-    case RedOpKind::premulsum: {
-      acc = ref_mul(scalar, xs[0]);
-      for (std::size_t s = 1; s < xs.size(); ++s) acc = ref_add(acc, ref_mul(scalar, xs[s]));
-      break;
-    }
   }
   return acc;
 }
 
+// Every operator but premulsum, as above.
 template <class I>
-I ref_fold_int(RedOpKind k, const std::vector<I>& xs, I scalar, int nranks) {
+I ref_fold_int(RedOpKind k, const std::vector<I>& xs, int nranks) {
   using W = std::conditional_t<std::is_signed_v<I>, std::int64_t, std::uint64_t>;
   std::uint64_t m = 0;  // modular sum or product, truncated at the end
   W best = xs[0];
   switch (k) {
     case RedOpKind::sum:
+    case RedOpKind::premulsum:
     case RedOpKind::avg:
       for (I x : xs) m += static_cast<std::uint64_t>(static_cast<W>(x));
       break;
     case RedOpKind::prod:
       m = 1;
       for (I x : xs) m *= static_cast<std::uint64_t>(static_cast<W>(x));
-      break;
-    case RedOpKind::premulsum:
-      for (I x : xs) {
-        m += static_cast<std::uint64_t>(static_cast<W>(scalar)) *
-             static_cast<std::uint64_t>(static_cast<W>(x));
-      }
       break;
     case RedOpKind::max:
       for (I x : xs) best = std::max<W>(best, x);
@@ -139,16 +135,33 @@ struct Case {
     }
   }
 
-  static S reference(RedOpKind k, const std::vector<S>& xs, S scalar, int nranks) {
+  // PreMulSum's contribution of a rank whose scalar is s: s * x rounded to the element type once.
+  static S scaled(S s, S x) {
     if constexpr (std::is_integral_v<S>) {
-      return ref_fold_int<S>(k, xs, scalar, nranks);
+      using W = std::conditional_t<std::is_signed_v<S>, std::int64_t, std::uint64_t>;
+      return static_cast<S>(static_cast<std::uint64_t>(static_cast<W>(s)) * static_cast<std::uint64_t>(static_cast<W>(x)));
     } else if constexpr (std::is_floating_point_v<S>) {
-      const S r = ref_fold_float<S>(k, xs, scalar, nranks);
+      const S r = ref_mul(s, x);
+      return std::isnan(r) ? canonical_nan() : r;
+    } else {
+      return from_float<S>(ref_mul(to_float(s), to_float(x)));
+    }
+  }
+
+  // The reduction of xs, source s being rank s's input (premulsum: scaled by scalars[s]).
+  static S reference(RedOpKind k, const std::vector<S>& xs, const std::vector<S>& scalars, int nranks) {
+    std::vector<S> ys = xs;
+    if (k == RedOpKind::premulsum)
+      for (std::size_t s = 0; s < ys.size(); ++s) ys[s] = scaled(scalars[s], xs[s]);
+    if constexpr (std::is_integral_v<S>) {
+      return ref_fold_int<S>(k, ys, nranks);
+    } else if constexpr (std::is_floating_point_v<S>) {
+      const S r = ref_fold_float<S>(k, ys, nranks);
       return std::isnan(r) ? canonical_nan() : r;
     } else {
       std::vector<float> wide;
-      for (S x : xs) wide.push_back(to_float(x));
-      return from_float<S>(ref_fold_float<float>(k, wide, to_float(scalar), nranks));
+      for (S y : ys) wide.push_back(to_float(y));
+      return from_float<S>(ref_fold_float<float>(k, wide, nranks));
     }
   }
 
@@ -159,33 +172,52 @@ struct Case {
   }
 };
 
-// Inputs, expected output and a poisoned output buffer for one (type, op, nsrc, count).
+// Inputs, expected output and a poisoned output buffer for one (type, op, nsrc, count). Source s
+// is rank s's input; for premulsum each rank has a scalar of its own (ops[s]), and `folded` holds
+// the sources as their producers hand them to the fold (scaled by scale_host).
 template <DataType T>
 struct Problem {
   using S = typename Elem<T>::storage;
   std::vector<std::vector<S>> src;
-  std::vector<const void*> ptrs;
+  std::vector<S> scalars;           // rank s's PreMulSum scalar, never zero
+  std::vector<ReduceOp> ops;        // rank s's operator (premulsum: with its scalar's bits)
+  ReduceOp op;                      // the consumer's operator (premulsum: with another scalar of its own)
+  std::vector<std::vector<S>> folded;
+  std::vector<const void*> ptrs;    // into folded
   std::vector<S> expected;
-  S scalar;
-  ReduceOp op;
 
   Problem(RedOpKind k, int nsrc, std::size_t count, int nranks, std::mt19937_64& gen)
       : src(static_cast<std::size_t>(nsrc), std::vector<S>(count)) {
     for (auto& v : src) {
       for (auto& x : v) x = Case<T>::random(gen);
     }
-    do {
-      scalar = Case<T>::random(gen);
-    } while (bits_of(scalar) == 0);
-    for (auto& v : src) ptrs.push_back(v.data());
+    auto nonzero = [&] {
+      S v;
+      do {
+        v = Case<T>::random(gen);
+      } while (bits_of(v) == 0);
+      return v;
+    };
+    for (int s = 0; s < nsrc; ++s) scalars.push_back(nonzero());
     op.kind = k;
-    op.scalar_bits = bits_of(scalar);
+    op.scalar_bits = bits_of(nonzero());
     op.nranks = nranks;
+    for (int s = 0; s < nsrc; ++s) {
+      ReduceOp mine = op;
+      mine.scalar_bits = bits_of(scalars[static_cast<std::size_t>(s)]);
+      ops.push_back(mine);
+    }
+    folded = src;
+    for (int s = 0; s < nsrc; ++s) {
+      scale_host(T, ops[static_cast<std::size_t>(s)], folded[static_cast<std::size_t>(s)].data(),
+                 src[static_cast<std::size_t>(s)].data(), count);
+    }
+    for (auto& v : folded) ptrs.push_back(v.data());
     expected.resize(count);
     std::vector<S> xs(static_cast<std::size_t>(nsrc));
     for (std::size_t i = 0; i < count; ++i) {
       for (std::size_t s = 0; s < src.size(); ++s) xs[s] = src[s][i];
-      expected[i] = Case<T>::reference(k, xs, scalar, nranks);
+      expected[i] = Case<T>::reference(k, xs, scalars, nranks);
     }
   }
 };
@@ -241,21 +273,33 @@ TEMPLATE_TEST_CASE("reduce_host matches the reference for every op and 1..8 sour
       // In place: the output is one of the sources (first and last).
       for (int alias : {0, nsrc - 1}) {
         INFO("in place on source " << alias);
-        std::vector<S> buf = p.src[static_cast<std::size_t>(alias)];
+        std::vector<S> buf = p.folded[static_cast<std::size_t>(alias)];
         std::vector<const void*> ptrs = p.ptrs;
         ptrs[static_cast<std::size_t>(alias)] = buf.data();
         reduce_host(T, p.op, buf.data(), ptrs.data(), nsrc, count);
         REQUIRE(first_mismatch(buf.data(), p.expected) == -1);
       }
 
-      // PreMulSum with the scalar read through a pointer (the immediate bits must be ignored).
-      if (k == RedOpKind::premulsum) {
-        ReduceOp by_ptr = p.op;
-        by_ptr.scalar_bits = 0;
-        by_ptr.scalar_ptr = &p.scalar;
-        auto out2 = poisoned<S>(count);
-        reduce_host(T, by_ptr, out2.data(), p.ptrs.data(), nsrc, count);
-        REQUIRE(first_mismatch(out2.data(), p.expected) == -1);
+      // The producer step: PreMulSum scales each element by the rank's own scalar, also read
+      // through a pointer (the immediate bits must then be ignored) and in place; every other
+      // operator copies.
+      for (int s = 0; s < nsrc; ++s) {
+        INFO("rank " << s << "'s contribution");
+        const auto& x = p.src[static_cast<std::size_t>(s)];
+        std::vector<S> want(count);
+        for (std::size_t i = 0; i < count; ++i)
+          want[i] = k == RedOpKind::premulsum ? Case<T>::scaled(p.scalars[static_cast<std::size_t>(s)], x[i]) : x[i];
+        REQUIRE(first_mismatch(p.folded[static_cast<std::size_t>(s)].data(), want) == -1);
+        ReduceOp by_ptr = p.ops[static_cast<std::size_t>(s)];
+        by_ptr.scalar_bits = p.op.scalar_bits;
+        by_ptr.scalar_ptr = &p.scalars[static_cast<std::size_t>(s)];
+        auto scaled = poisoned<S>(count + kTail);
+        scale_host(T, by_ptr, scaled.data(), x.data(), count);
+        REQUIRE(first_mismatch(scaled.data(), want) == -1);
+        REQUIRE(still_poisoned(scaled.data() + count, kTail));
+        std::vector<S> own = x;
+        scale_host(T, p.ops[static_cast<std::size_t>(s)], own.data(), own.data(), count);
+        REQUIRE(first_mismatch(own.data(), want) == -1);
       }
     }
   }
@@ -331,8 +375,6 @@ TEST_CASE("integer avg wraps the sum, then truncates toward zero", "[reduce]") {
 
 TEST_CASE("integer arithmetic wraps; max and min are signed for signed types", "[reduce]") {
   CHECK(run<DataType::int8>(RedOpKind::sum, {{127}, {1}}, 2) == std::vector<std::int8_t>{-128});
-  CHECK(run<DataType::int8>(RedOpKind::premulsum, {{-128}}, 1, 0xFF) ==
-        std::vector<std::int8_t>{-128});  // -128 * -1 wraps
   CHECK(run<DataType::int32>(RedOpKind::prod, {{65536}, {65536}}, 2) ==
         std::vector<std::int32_t>{0});
   CHECK(run<DataType::int32>(RedOpKind::max, {{-5}, {3}}, 2) == std::vector<std::int32_t>{3});
@@ -352,15 +394,64 @@ TEST_CASE("floating avg divides the fp32 or fp64 sum by nranks", "[reduce]") {
   CHECK(b[0].bits == from_float<bf16_t>(7.0f / 3.0f).bits);
 }
 
+namespace {
+
+// One PreMulSum as the datapaths compute it: rank r's input xs[r] scaled by its scalar bits
+// scalars[r] (scale_host), then the scaled contributions summed in rank order (reduce_host).
+template <DataType T>
+typename Elem<T>::storage premulsum(std::vector<typename Elem<T>::storage> xs, const std::vector<std::uint64_t>& scalars) {
+  std::vector<const void*> ptrs;
+  for (std::size_t r = 0; r < xs.size(); ++r) {
+    ReduceOp mine{RedOpKind::premulsum, scalars[r], nullptr, static_cast<int>(xs.size())};
+    scale_host(T, mine, &xs[r], &xs[r], 1);
+    ptrs.push_back(&xs[r]);
+  }
+  typename Elem<T>::storage out{};
+  reduce_host(T, ReduceOp{RedOpKind::premulsum, 0, nullptr, static_cast<int>(xs.size())}, &out, ptrs.data(),
+              static_cast<int>(xs.size()), 1);
+  return out;
+}
+
+}  // namespace
+
 TEST_CASE("premulsum multiplies and adds separately", "[reduce]") {
   // s*x0 = 1 + 2^-22 + 2^-46 rounds to 1 + 2^-22; s*x1 rounds to -(1 + 2^-22): the sum is exactly
   // zero. A fused multiply-add would give -2^-46.
   const float s = 1.0f + 0x1p-23f;
   std::uint64_t sbits = 0;
   std::memcpy(&sbits, &s, sizeof s);
-  const auto r = run<DataType::f32>(RedOpKind::premulsum, {{s}, {-s}}, 2, sbits);
-  CHECK(r[0] == 0.0f);
-  CHECK(!std::signbit(r[0]));
+  const float r = premulsum<DataType::f32>({s, -s}, {sbits, sbits});
+  CHECK(r == 0.0f);
+  CHECK(!std::signbit(r));
+}
+
+TEST_CASE("premulsum scales each rank's input by that rank's own scalar", "[reduce]") {
+  // 3*1 + 5*10 + (-2)*100: every rank's scalar applies to its own input only.
+  CHECK(premulsum<DataType::int32>({1, 10, 100}, {3, 5, static_cast<std::uint32_t>(-2)}) == -147);
+  // The integer product wraps in the element type: -128 * -1 is -128 in int8.
+  CHECK(premulsum<DataType::int8>({-128}, {0xFF}) == -128);
+  CHECK(premulsum<DataType::uint8>({200, 1}, {2, 1}) == 145);  // 400 mod 256, plus 1
+  const auto half = [](float v) { return from_float<f16_t>(v).bits; };
+  CHECK(premulsum<DataType::f16>({from_float<f16_t>(1.5f), from_float<f16_t>(-0.25f)}, {half(2.0f), half(-4.0f)}).bits ==
+        half(4.0f));
+}
+
+TEST_CASE("premulsum rounds each scaled contribution to the element type before the sum", "[reduce]") {
+  // fp16: (1 + 2^-10)^2 = 1 + 2^-9 + 2^-20 is exact in fp32 and rounds to 1 + 2^-9 in fp16 (as
+  // NCCL's __hmul does); the second rank contributes -(1 + 2^-9). The sum is exactly zero; summing
+  // the unrounded products in fp32 would leave 2^-20.
+  const f16_t x0{0x3C01}, x1{0xBC02};
+  const f16_t r = premulsum<DataType::f16>({x0, x1}, {0x3C01, 0x3C00});
+  CHECK(r.bits == 0x0000);
+  // bf16: 1.5 * (1 + 2^-7) = 1.5 + 1.5 * 2^-7 rounds to 1.5 + 2^-6 (ties to even); with a second
+  // contribution of exactly -1.5 the sum is 2^-6.
+  const bf16_t y0{from_float<bf16_t>(1.0f + 0x1p-7f)}, y1{from_float<bf16_t>(-1.5f)};
+  const bf16_t b = premulsum<DataType::bf16>({y0, y1}, {from_float<bf16_t>(1.5f).bits, from_float<bf16_t>(1.0f).bits});
+  CHECK(to_float(b) == 0x1p-6f);
+  // fp8 e4m3 saturates the scaled contribution at 448 before the sum: 448 * 2 -> 448, plus -448.
+  const f8e4m3_t e = premulsum<DataType::f8e4m3>({from_float<f8e4m3_t>(448.0f), from_float<f8e4m3_t>(-448.0f)},
+                                                 {from_float<f8e4m3_t>(2.0f).bits, from_float<f8e4m3_t>(1.0f).bits});
+  CHECK(to_float(e) == 0.0f);
 }
 
 TEST_CASE("NaN results are stored as the canonical quiet NaN", "[reduce]") {

@@ -57,7 +57,9 @@ struct Content {
   Inputs inputs;
   int nranks;
   Op op;
-  typename T::Storage scalar;  // premulsum only
+  std::uint64_t scalars = 0;  // premulsum: the seed of the ranks' scalars (rank_scalar)
+
+  typename T::Storage scalar(int rank) const { return rank_scalar<T>(scalars, rank); }
 };
 
 // Memory for the regions of one case, each with guards of its own: mapped once, reused by every
@@ -109,7 +111,7 @@ void prepare(std::byte* data, const RegionSpec& spec, const Content<T>& content)
       content.inputs.template fill<T>(reinterpret_cast<S*>(data) + s.at, s.rank, s.from, s.len);
     } else if (s.source == Source::reduced) {
       reduce_reference<T>(reinterpret_cast<S*>(data) + s.at, content.inputs, content.nranks, content.op,
-                          content.scalar, s.from, s.len);
+                          content.scalars, s.from, s.len);
     }
   }
 }
@@ -177,7 +179,7 @@ bool verify(const std::byte* data, const RegionSpec& spec, const Content<T>& con
       } else if (seg->source == Source::input) {
         content.inputs.template fill<T>(expect.data(), seg->rank, from, n);
       } else {
-        reduce_reference<T>(expect.data(), content.inputs, content.nranks, content.op, content.scalar, from, n);
+        reduce_reference<T>(expect.data(), content.inputs, content.nranks, content.op, content.scalars, from, n);
       }
       if (std::memcmp(expect.data(), got + i, n * sizeof(S)) == 0) continue;
       for (std::size_t j = 0; j < n; ++j) {

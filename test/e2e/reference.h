@@ -7,7 +7,8 @@
 //   sum: acc = x0; acc = acc + xk.   prod: acc = acc * xk.
 //   max: acc = xk > acc ? xk : acc.   min: acc = xk < acc ? xk : acc.
 //   avg: the sum divided by nranks in the accumulator type (integers truncate toward zero).
-//   premulsum (scalar s): acc = s*x0; acc = acc + s*xk, products rounded before the add.
+//   premulsum (rank k's own scalar s_k): y_k = s_k*x_k rounded to the element type (the product
+//   taken in the accumulator type); acc = y_0; acc = acc + y_k.
 //   Narrowing rounds to nearest even; fp16 and bf16 overflow to infinity; fp8 e4m3 and e5m2
 //   saturate to their largest finite value (448, 57344); NaN stays NaN.
 #pragma once
@@ -131,7 +132,8 @@ const float* narrow_table() {
 //
 // Each type says how it is stored, what it accumulates in, how to widen and narrow, how to make a
 // seeded input (`general`: the whole useful range; `small`: values near 1 or small integers for prod),
-// and a premulsum scalar.
+// and a seeded premulsum scalar (never zero; for floating types a full significand between 1/4 and
+// 4 of either sign, so that products round and fp8 products also saturate).
 
 template <class Int>
 struct IntegerType {
@@ -149,8 +151,8 @@ struct IntegerType {
     return magnitude;
   }
   static Storage scalar(std::uint64_t h) {
-    constexpr long long choices[4] = {3, std::is_signed_v<Int> ? -2 : 2, 5, 7};
-    return static_cast<Int>(choices[h % 4]);
+    const auto v = static_cast<Int>(h);  // any value: the products wrap around
+    return v == 0 ? Int{3} : v;
   }
   static double value(Storage s) { return static_cast<double>(s); }
 };
@@ -186,8 +188,7 @@ struct NarrowType {
     return pattern(h >> 63, static_cast<std::uint64_t>(bias_of(F) - 1) + ((h >> 32) & 1), h);
   }
   static Storage scalar(std::uint64_t h) {
-    constexpr float choices[4] = {0.75f, 1.5f, -1.25f, 3.0f};
-    return store(choices[h % 4]);
+    return pattern(h >> 63, static_cast<std::uint64_t>(bias_of(F) - 2) + (h >> 32) % 4, h);
   }
   static double value(Storage s) { return narrow_to_double(F, s); }
 };
@@ -205,10 +206,7 @@ struct Float32Type {
   }
   static Storage general(std::uint64_t h) { return from_bits(h >> 63, 127 - 30 + (h >> 32) % 61, h); }
   static Storage small(std::uint64_t h) { return from_bits(h >> 63, 126 + ((h >> 32) & 1), h); }
-  static Storage scalar(std::uint64_t h) {
-    constexpr float choices[4] = {0.75f, 1.5f, -1.25f, 3.0f};
-    return choices[h % 4];
-  }
+  static Storage scalar(std::uint64_t h) { return from_bits(h >> 63, 125 + (h >> 32) % 4, h); }
   static double value(Storage s) { return s; }
 };
 
@@ -225,10 +223,7 @@ struct Float64Type {
   }
   static Storage general(std::uint64_t h) { return from_bits(h >> 63, 1023 - 60 + ((h >> 52) & 0x7FF) % 121, h); }
   static Storage small(std::uint64_t h) { return from_bits(h >> 63, 1022 + ((h >> 52) & 1), h); }
-  static Storage scalar(std::uint64_t h) {
-    constexpr double choices[4] = {0.75, 1.5, -1.25, 3.0};
-    return choices[h % 4];
-  }
+  static Storage scalar(std::uint64_t h) { return from_bits(h >> 63, 1021 + (h >> 52) % 4, h); }
   static double value(Storage s) { return s; }
 };
 
@@ -374,36 +369,47 @@ struct Inputs {
   }
 };
 
-// out[j] = the reduction over ranks 0..nranks-1 (in order) of input element (from + j), for
-// 1 <= nranks <= 64. `scalar` is used by premulsum only.
+// Rank `rank`'s premulsum scalar in a case whose scalars come from `seed`: a different one on
+// every rank, as NCCL's users (nccl-tests among them) pass.
 template <class T>
-void reduce_reference(typename T::Storage* out, const Inputs& in, int nranks, Op op,
-                      typename T::Storage scalar, std::size_t from, std::size_t len) {
+typename T::Storage rank_scalar(std::uint64_t seed, int rank) {
+  return T::scalar(mix64(seed ^ (0xD6E8FEB86659FD93ull * static_cast<std::uint64_t>(rank + 1))));
+}
+
+// out[j] = the reduction over ranks 0..nranks-1 (in order) of input element (from + j), for
+// 1 <= nranks <= 64. `scalars` seeds the ranks' premulsum scalars (rank_scalar).
+template <class T>
+void reduce_reference(typename T::Storage* out, const Inputs& in, int nranks, Op op, std::uint64_t scalars,
+                      std::size_t from, std::size_t len) {
   using A = typename T::Acc;
   constexpr int kMaxRanks = 64;
   if (nranks < 1 || nranks > kMaxRanks) throw std::invalid_argument("reduce_reference: 1 to 64 ranks");
   std::uint64_t keys[kMaxRanks];
-  for (int k = 0; k < nranks; ++k) keys[k] = in.rank_key(k);
-  const A s = T::load(scalar);
-  auto fold = [&](auto first, auto step, auto last) {
+  A s[kMaxRanks];
+  for (int k = 0; k < nranks; ++k) {
+    keys[k] = in.rank_key(k);
+    s[k] = T::load(rank_scalar<T>(scalars, k));
+  }
+  // x(k, i): rank k's contribution to element i as it enters the fold.
+  auto fold = [&](auto x, auto step, auto last) {
     for (std::size_t j = 0; j < len; ++j) {
       const std::size_t i = from + j;
-      A acc = first(T::load(in.template at_key<T>(keys[0], i)));
-      for (int k = 1; k < nranks; ++k) acc = step(acc, T::load(in.template at_key<T>(keys[k], i)));
+      A acc = x(0, i);
+      for (int k = 1; k < nranks; ++k) acc = step(acc, x(k, i));
       out[j] = T::store(last(acc));
     }
   };
-  auto same = [](A x) { return x; };
+  auto input = [&](int k, std::size_t i) { return T::load(in.template at_key<T>(keys[k], i)); };
+  auto same = [](A a) { return a; };
+  auto add = [](A a, A x) { return acc_add(a, x); };
   switch (op) {
-    case Op::sum: fold(same, [](A a, A x) { return acc_add(a, x); }, same); break;
-    case Op::prod: fold(same, [](A a, A x) { return acc_mul(a, x); }, same); break;
-    case Op::max: fold(same, [](A a, A x) { return x > a ? x : a; }, same); break;
-    case Op::min: fold(same, [](A a, A x) { return x < a ? x : a; }, same); break;
-    case Op::avg:
-      fold(same, [](A a, A x) { return acc_add(a, x); }, [nranks](A a) { return acc_div(a, nranks); });
-      break;
+    case Op::sum: fold(input, add, same); break;
+    case Op::prod: fold(input, [](A a, A x) { return acc_mul(a, x); }, same); break;
+    case Op::max: fold(input, [](A a, A x) { return x > a ? x : a; }, same); break;
+    case Op::min: fold(input, [](A a, A x) { return x < a ? x : a; }, same); break;
+    case Op::avg: fold(input, add, [nranks](A a) { return acc_div(a, nranks); }); break;
     case Op::premulsum:
-      fold([s](A x) { return acc_mul(s, x); }, [s](A a, A x) { return acc_add(a, acc_mul(s, x)); }, same);
+      fold([&](int k, std::size_t i) { return T::load(T::store(acc_mul(s[k], input(k, i)))); }, add, same);
       break;
   }
 }

@@ -85,7 +85,7 @@ void grouped_calls(Reporter& report, Slab& slab, const ncclComm_t* comms, int n,
   auto grouped = [&]<class T>(ncclDataType_t dt, Coll coll, std::size_t count, Op op, int root, bool in_place) {
     const std::string label = what + " grouped " + info(coll).name + "/" + type_name(dt) + "/count=" +
                               std::to_string(count);
-    const Content<T> content{Inputs{hash_string(label), false}, n, op, T::scalar(0)};
+    const Content<T> content{Inputs{hash_string(label), false}, n, op};
     slab.reset();
     std::vector<Staged<T>> calls;
     calls.reserve(n);
@@ -367,7 +367,7 @@ void one_process(RankEnv& env) {
 // A valid AllReduce on `comm` with its result checked: shows the communicator still works.
 void still_usable(RankEnv& env, ncclComm_t comm, Slab& slab, const std::string& label) {
   using T = Float32Type;
-  const Content<T> content{Inputs{hash_string(label), false}, env.nranks, Op::sum, 0.0f};
+  const Content<T> content{Inputs{hash_string(label), false}, env.nranks, Op::sum};
   slab.reset();
   const Staged<T> call(slab, Coll::AllReduce, env.rank, env.nranks, 1000, 0, false, content);
   const ncclResult_t rc = ncclAllReduce(call.send, call.recv, 1000, ncclFloat32, ncclSum, comm, kNoStream);
@@ -397,7 +397,7 @@ void bad_arguments(RankEnv& env, Slab& slab) {
   // `call` gets a valid send buffer (c * nranks elements of input) and a poisoned receive buffer.
   auto bad = [&](const std::string& what, ncclComm_t blamed, auto&& call) {
     run_case(env.report, "Api/bad_argument/" + what, [&] {
-      const Content<T> content{Inputs{hash_string(what), false}, n, Op::sum, 0.0f};
+      const Content<T> content{Inputs{hash_string(what), false}, n, Op::sum};
       slab.reset();
       const Placed<T> send(slab, {total, {input_at(0, total, r, 0)}, {}}, content);
       const Placed<T> recv(slab, {total, {}, {}}, content, 1);
@@ -450,7 +450,7 @@ void count_zero(RankEnv& env, Slab& slab) {
   const int r = env.rank, n = env.nranks;
   for (const CollInfo& ci : kColls) {
     run_case(env.report, std::string("Api/count0/") + ci.name, [&] {
-      const Content<T> content{Inputs{hash_string(ci.name), false}, n, Op::sum, 0};
+      const Content<T> content{Inputs{hash_string(ci.name), false}, n, Op::sum};
       slab.reset();
       const Placed<T> send(slab, {16, {input_at(0, 16, r, 0)}, {}}, content);
       const Placed<T> recv(slab, {16, {}, {}}, content, 1);

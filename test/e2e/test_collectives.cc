@@ -1,7 +1,10 @@
 // Every collective through the ncclXxx API, ranks as processes on the host datapath: each element
 // type, each reduction operator, in place and out of place, every root, counts from 0 to 1M+3.
 // Each output element is compared bit for bit with the host reference, and the bytes around every
-// buffer must stay untouched. One communicator per process serves the whole matrix.
+// buffer must stay untouched. One communicator per process serves the whole matrix. PreMulSum
+// gives every rank a scalar of its own, host-immediate in half the cases and by pointer
+// (ncclScalarDevice, host memory on this datapath) in the others, where the value is written only
+// after the operator was created: it must be read when the collective runs.
 //
 //   e2e_collectives --ranks N [--filter PATTERN] [--list]
 //
@@ -38,18 +41,22 @@ void run_one(Rank& rk, const CollInfo& ci, ncclDataType_t dt, Op op, std::size_t
   Reporter& report = rk.env.report;
   const int r = rk.env.rank, n = rk.env.nranks;
   const std::uint64_t seed = hash_string(name);
-  const Content<T> content{Inputs{seed, op == Op::prod}, n, op, T::scalar(seed >> 7)};
+  const Content<T> content{Inputs{seed, op == Op::prod}, n, op, seed >> 7};
   rk.slab.reset();
   // Element-aligned but otherwise varied buffer addresses.
   const Staged<T> call(rk.slab, ci.coll, r, n, count, root, in_place, content, seed >> 20);
 
   ncclRedOp_t nop = builtin(op);
+  typename T::Storage scalar = content.scalar(r);  // this rank's own
   if (ci.reduces && op == Op::premulsum) {
-    typename T::Storage scalar = content.scalar;
-    if (!report.expect(ncclRedOpCreatePreMulSum(&nop, &scalar, dt, ncclScalarHostImmediate, rk.env.comm),
+    const bool by_pointer = (seed >> 3) & 1;
+    if (by_pointer) scalar = content.scalar(r + 1);  // another value, replaced before the call
+    if (!report.expect(ncclRedOpCreatePreMulSum(&nop, &scalar, dt, by_pointer ? ncclScalarDevice : ncclScalarHostImmediate,
+                                                rk.env.comm),
                        "ncclRedOpCreatePreMulSum", rk.env.comm)) {
       return;  // the peers will hang in the collective: the parent's time limit reports it
     }
+    if (by_pointer) scalar = content.scalar(r);
   }
   const ncclResult_t rc = issue(ci.coll, call.send, call.recv, count, dt, nop, root, rk.env.comm, r, n);
   if (ci.reduces && op == Op::premulsum) report.expect(ncclRedOpDestroy(nop, rk.env.comm), "ncclRedOpDestroy");

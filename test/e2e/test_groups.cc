@@ -72,7 +72,7 @@ void mixed_group(Ctx& cx, ncclDataType_t dt, const std::string& name) {
   const int r = cx.r(), n = cx.n();
   Reporter& report = cx.report();
   ncclComm_t comm = cx.env.comm;
-  const Content<T> content{Inputs{hash_string(name), false}, n, Op::sum, T::scalar(0)};
+  const Content<T> content{Inputs{hash_string(name), false}, n, Op::sum};
   cx.slab.reset();
   constexpr std::size_t kReduceCount = 4099, kGatherCount = 1000, kGatherFrom = std::size_t{1} << 28;
   const Staged<T> all_reduce(cx.slab, Coll::AllReduce, r, n, kReduceCount, 0, false, content, 1);
@@ -129,8 +129,8 @@ void collectives_group(Ctx& cx, ncclDataType_t dt, const std::string& name) {
   Reporter& report = cx.report();
   ncclComm_t comm = cx.env.comm;
   const Inputs in{hash_string(name), false};
-  const Content<T> avg{in, n, Op::avg, T::scalar(0)}, max{in, n, Op::max, T::scalar(0)},
-      min{in, n, Op::min, T::scalar(0)}, copy{in, n, Op::sum, T::scalar(0)};
+  const Content<T> avg{in, n, Op::avg}, max{in, n, Op::max},
+      min{in, n, Op::min}, copy{in, n, Op::sum};
   cx.slab.reset();
   const int root = n - 1;
   const Staged<T> ar(cx.slab, Coll::AllReduce, r, n, 1000, 0, false, avg, 1, 0);
@@ -158,7 +158,7 @@ void nested_groups(Ctx& cx, const std::string& name) {
   const int r = cx.r(), n = cx.n();
   Reporter& report = cx.report();
   ncclComm_t comm = cx.env.comm;
-  const Content<T> content{Inputs{hash_string(name), false}, n, Op::sum, 0.0f};
+  const Content<T> content{Inputs{hash_string(name), false}, n, Op::sum};
   cx.slab.reset();
   const Staged<T> ar(cx.slab, Coll::AllReduce, r, n, 4096, 0, false, content, 0, 0);
   const Staged<T> ring(cx.slab, Coll::SendRecv, r, n, 5000, 0, false, content, 1, 1 << 20);
@@ -184,7 +184,7 @@ void ring_both_ways(Ctx& cx, ncclDataType_t dt, std::size_t count, const std::st
   const int r = cx.r(), n = cx.n();
   Reporter& report = cx.report();
   ncclComm_t comm = cx.env.comm;
-  const Content<T> content{Inputs{hash_string(name), false}, n, Op::sum, T::scalar(0)};
+  const Content<T> content{Inputs{hash_string(name), false}, n, Op::sum};
   cx.slab.reset();
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
   const std::size_t up = 0, down = std::size_t{1} << 24;  // input ranges of the two directions
@@ -210,7 +210,7 @@ void all_pairs(Ctx& cx, ncclDataType_t dt, std::size_t count, const std::string&
   const int r = cx.r(), n = cx.n();
   Reporter& report = cx.report();
   ncclComm_t comm = cx.env.comm;
-  const Content<T> content{Inputs{hash_string(name), false}, n, Op::sum, T::scalar(0)};
+  const Content<T> content{Inputs{hash_string(name), false}, n, Op::sum};
   cx.slab.reset();
   std::vector<Placed<T>> out, in;
   for (int p = 0; p < n; ++p) {
@@ -243,7 +243,7 @@ void blocking_pairs(Ctx& cx, ncclDataType_t dt, std::size_t count, const std::st
   ncclComm_t comm = cx.env.comm;
   const int partner = r ^ 1;
   if (partner >= n) return;
-  const Content<T> content{Inputs{hash_string(name), false}, n, Op::sum, T::scalar(0)};
+  const Content<T> content{Inputs{hash_string(name), false}, n, Op::sum};
   cx.slab.reset();
   const Placed<T> out(cx.slab, {count, {input_at(0, count, r, 0)}, {}}, content, 0);
   const Placed<T> in(cx.slab, {count, {}, {input_at(0, count, partner, 0)}}, content, 1);
@@ -262,7 +262,7 @@ template <class T>
 void one_call(Ctx& cx, ncclComm_t comm, int rank, int nranks, Coll coll, ncclDataType_t dt, std::size_t count,
               int root, bool in_place, Op op, const std::string& label) {
   Reporter& report = cx.report();
-  const Content<T> content{Inputs{hash_string(label), false}, nranks, op, T::scalar(0)};
+  const Content<T> content{Inputs{hash_string(label), false}, nranks, op};
   cx.slab.reset();
   const Staged<T> call(cx.slab, coll, rank, nranks, count, root, in_place, content, hash_string(label));
   const ncclResult_t rc = issue(coll, call.send, call.recv, count, dt, builtin(op), root, comm, rank, nranks);
@@ -369,7 +369,7 @@ void interleaved_splits(Ctx& cx, const std::string& name) {
 
     // One group over the three communicators.
     using T = Float32Type;
-    const Content<T> content{Inputs{hash_string(name + " group"), false}, n, Op::sum, 0.0f};
+    const Content<T> content{Inputs{hash_string(name + " group"), false}, n, Op::sum};
     cx.slab.reset();
     const Staged<T> on_parent(cx.slab, Coll::AllReduce, r, n, 3000, 0, false, content, 0, 0);
     const Staged<T> on_reversed(cx.slab, Coll::AllReduce, rr, n, 3000, 0, false, content, 1, 1 << 20);
@@ -404,7 +404,7 @@ void second_unique_id(Ctx& cx, const std::string& name) {
     one_call<Int8>(cx, comm, r, n, Coll::Bcast, ncclInt8, 1001, n / 2, true, Op::sum, name + " 4 first");
 
     using T = Int32;
-    const Content<T> content{Inputs{hash_string(name + " group"), false}, n, Op::sum, 0};
+    const Content<T> content{Inputs{hash_string(name + " group"), false}, n, Op::sum};
     cx.slab.reset();
     const Staged<T> on_first(cx.slab, Coll::AllReduce, r, n, 4000, 0, true, content, 0, 0);
     const Staged<T> on_other(cx.slab, Coll::AllReduce, r, n, 4000, 0, true, content, 1, 1 << 20);

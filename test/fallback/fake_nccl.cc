@@ -2,7 +2,8 @@
 // Purlin's fallback resolves, loaded through PURLIN_NCCL_LIBRARY. It really performs every operation
 // on host memory between the processes (or threads) of a communicator, through POSIX shared memory
 // with one mailbox per ordered pair of ranks, and reduces as the e2e reference does
-// (test/e2e/reference.h: rank order, 8- and 16-bit floats accumulated in float), so results can be
+// (test/e2e/reference.h: rank order, 8- and 16-bit floats accumulated in float; a PreMulSum
+// multiplies each rank's contribution by that rank's own scalar, as NCCL does), so results can be
 // checked bit for bit. Each call is recorded in a journal that tests read with fakeNcclJournalTake().
 //
 // Built with -DFAKE_NCCL_BEFORE_2_28 it reports version 2.27.3 and lacks ncclAlltoAll, ncclGather and
@@ -243,29 +244,52 @@ ncclResult_t check(const char* fn, ncclComm* c, ncclDataType_t t, int root) {
   return ncclSuccess;
 }
 
+// The PreMulSum behind operator `op` on this communicator (true), or none: a built-in operator, or
+// one that is neither (which reduce_into reports).
+bool premul_of(ncclComm* c, ncclRedOp_t op, PreMulSum* pre) {
+  const int o = static_cast<int>(op);
+  if (o < ncclNumOps) return false;
+  const std::size_t slot = static_cast<std::size_t>(o - ncclNumOps);
+  if (slot >= c->redops.size() || !c->redops[slot].live) return false;
+  *pre = c->redops[slot];
+  return true;
+}
+
+// A PreMulSum contribution of this rank: every element of `src` times the rank's own scalar, each
+// product rounded to the element type.
+std::vector<char> scaled(const PreMulSum& pre, const void* src, std::size_t count, ncclDataType_t dt) {
+  std::vector<char> out(count * e2e::type_size(dt));
+  e2e::with_type(dt, [&]<class T>() {
+    using S = typename T::Storage;
+    S scalar{};
+    std::memcpy(&scalar, pre.ptr ? pre.ptr : &pre.bits, sizeof(S));
+    const auto s = T::load(scalar);
+    for (std::size_t i = 0; i < count; ++i) {
+      S v;
+      std::memcpy(&v, static_cast<const char*>(src) + i * sizeof(S), sizeof(S));
+      const S y = T::store(e2e::acc_mul(s, T::load(v)));
+      std::memcpy(out.data() + i * sizeof(S), &y, sizeof(S));
+    }
+  });
+  return out;
+}
+
 // out[i] = the reduction over contributions (rank order) of element i, as test/e2e/reference.h
-// defines it.
+// defines it. A PreMulSum's contributions come scaled by their ranks already: they are summed.
 ncclResult_t reduce_into(ncclComm* c, char* out, const std::vector<const char*>& from, std::size_t count,
                          ncclDataType_t dt, ncclRedOp_t op) {
   using e2e::acc_add;
   using e2e::acc_div;
   using e2e::acc_mul;
-  const int o = static_cast<int>(op);
   PreMulSum pre;
-  if (o >= ncclNumOps) {
-    const std::size_t slot = static_cast<std::size_t>(o - ncclNumOps);
-    if (slot >= c->redops.size() || !c->redops[slot].live) return failed(ncclInvalidArgument, "unknown operator");
-    pre = c->redops[slot];
-  } else if (o < 0) {
-    return failed(ncclInvalidArgument, "invalid operator");
-  }
+  const bool is_premul = premul_of(c, op, &pre);
+  if (!is_premul && (static_cast<int>(op) < 0 || static_cast<int>(op) >= ncclNumOps))
+    return failed(ncclInvalidArgument, "unknown operator");
+  const int o = is_premul ? static_cast<int>(ncclSum) : static_cast<int>(op);
   const int n = static_cast<int>(from.size());
   return e2e::with_type(dt, [&]<class T>() {
     using S = typename T::Storage;
     using A = typename T::Acc;
-    S scalar{};
-    if (o >= ncclNumOps) std::memcpy(&scalar, pre.ptr ? pre.ptr : &pre.bits, sizeof(S));
-    const A s = T::load(scalar);
     auto* dst = reinterpret_cast<S*>(out);
     for (std::size_t i = 0; i < count; ++i) {
       auto x = [&](int k) {
@@ -273,15 +297,14 @@ ncclResult_t reduce_into(ncclComm* c, char* out, const std::vector<const char*>&
         std::memcpy(&v, from[k] + i * sizeof(S), sizeof(S));
         return T::load(v);
       };
-      A acc = o >= ncclNumOps ? acc_mul(s, x(0)) : x(0);
+      A acc = x(0);
       for (int k = 1; k < n; ++k) {
         const A v = x(k);
         switch (o) {
-          case ncclSum: case ncclAvg: acc = acc_add(acc, v); break;
           case ncclProd: acc = acc_mul(acc, v); break;
           case ncclMax: acc = v > acc ? v : acc; break;
           case ncclMin: acc = v < acc ? v : acc; break;
-          default: acc = acc_add(acc, acc_mul(s, v)); break;
+          default: acc = acc_add(acc, v); break;
         }
       }
       if (o == ncclAvg) acc = acc_div(acc, n);
@@ -298,25 +321,39 @@ void copy(void* dst, const void* src, std::size_t bytes) {
 char* ptr(const void* p, std::size_t offset = 0) { return const_cast<char*>(static_cast<const char*>(p)) + offset; }
 
 // A reduction of every rank's `bytes` at `mine` (this rank) and in the temps (the others), into `out`.
+// For a PreMulSum this rank's contributions (what it sends and what it keeps) are scaled copies,
+// made when the operation is submitted, which is also when a device scalar is read.
 Work reducing(ncclComm* c, const char* mine, void* out, std::size_t count, ncclDataType_t dt, ncclRedOp_t op,
               const std::function<const void*(int)>& send_part, bool receives) {
   Work w{c, {}, {}};
   const std::size_t bytes = count * e2e::type_size(dt);
+  PreMulSum pre;
+  const bool is_premul = premul_of(c, op, &pre);
+  // This rank's scaled contributions, one per receiving rank; they live as long as the work.
+  auto own = std::make_shared<std::vector<std::vector<char>>>(static_cast<std::size_t>(c->nranks));
+  auto contribution = [&](int k, const void* part) -> const char* {
+    if (!is_premul) return static_cast<const char*>(part);
+    (*own)[k] = scaled(pre, part, count, dt);
+    return (*own)[k].data();
+  };
   Temps temps = temps_for(c, receives ? bytes : 0);
   for (int k = 0; k < c->nranks; ++k) {
     if (k == c->rank) continue;
-    if (const void* part = send_part(k)) w.transfers.push_back(Transfer{true, k, ptr(part), bytes});
+    if (const void* part = send_part(k)) w.transfers.push_back(Transfer{true, k, ptr(contribution(k, part)), bytes});
     if (receives) w.transfers.push_back(Transfer{false, k, (*temps)[k].data(), bytes});
   }
   if (receives) {
-    w.finish = [c, mine, out, count, dt, op, bytes, temps] {
+    const char* kept = contribution(c->rank, mine);
+    w.finish = [c, kept, own, out, count, dt, op, bytes, temps] {
       std::vector<const char*> from(c->nranks);
-      for (int k = 0; k < c->nranks; ++k) from[k] = k == c->rank ? mine : (*temps)[k].data();
+      for (int k = 0; k < c->nranks; ++k) from[k] = k == c->rank ? kept : (*temps)[k].data();
       std::vector<char> result(bytes);
       if (ncclResult_t r = reduce_into(c, result.data(), from, count, dt, op); r != ncclSuccess) return r;
       copy(out, result.data(), bytes);
       return ncclSuccess;
     };
+  } else {
+    w.finish = [own] { return ncclSuccess; };
   }
   return w;
 }

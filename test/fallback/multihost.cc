@@ -249,24 +249,27 @@ void check_journal(Rank& rk, Coll coll, Op op, std::size_t count, std::size_t es
 // ---- Collectives ----------------------------------------------------------------------------------
 
 // The hierarchical reference: each host folds its ranks in order (narrowed to the element type, as
-// Purlin's ReduceScatter stores it), then the hosts' partial results are folded in host order.
+// Purlin's ReduceScatter stores it), then the hosts' partial results are folded in host order. A
+// premulsum contribution is its rank's input times that rank's own scalar, rounded to the element
+// type; the hosts' partial results are only added.
 template <class T>
 void hierarchical_reference(typename T::Storage* out, const Content<T>& c, const Layout& l, std::size_t count) {
   using A = typename T::Acc;
   using S = typename T::Storage;
-  const A s = T::load(c.scalar);
   for (std::size_t i = 0; i < count; ++i) {
     std::vector<S> partial;
     for (const auto& m : l.members) {
-      auto x = [&](int k) { return T::load(c.inputs.template at<T>(m[k], i)); };
-      A acc = c.op == Op::premulsum ? acc_mul(s, x(0)) : x(0);
+      auto x = [&](int k) {
+        const A v = T::load(c.inputs.template at<T>(m[k], i));
+        return c.op == Op::premulsum ? T::load(T::store(acc_mul(T::load(c.scalar(m[k])), v))) : v;
+      };
+      A acc = x(0);
       for (std::size_t k = 1; k < m.size(); ++k) {
         const A v = x(static_cast<int>(k));
         switch (c.op) {
           case Op::prod: acc = acc_mul(acc, v); break;
           case Op::max: acc = v > acc ? v : acc; break;
           case Op::min: acc = v < acc ? v : acc; break;
-          case Op::premulsum: acc = acc_add(acc, acc_mul(s, v)); break;
           default: acc = acc_add(acc, v); break;
         }
       }
@@ -314,12 +317,12 @@ template <class T>
 void run_coll(Rank& rk, const CollInfo& ci, ncclDataType_t dt, Op op, std::size_t count, int root, bool in_place,
               ncclComm_t comm, const std::string& name) {
   const std::uint64_t seed = hash_string(name);
-  const Content<T> content{Inputs{seed, op == Op::prod}, rk.n, op, T::scalar(seed >> 7)};
+  const Content<T> content{Inputs{seed, op == Op::prod}, rk.n, op, seed >> 7};
   rk.slab.reset();
   const Staged<T> call(rk.slab, ci.coll, rk.rank, rk.n, count, root, in_place, content, seed >> 20);
   rk.journal.take();
   ncclRedOp_t nop = builtin(op);
-  typename T::Storage scalar = content.scalar;
+  typename T::Storage scalar = content.scalar(rk.rank);  // this rank's own
   if (ci.reduces && op == Op::premulsum &&
       !rk.report.expect(ncclRedOpCreatePreMulSum(&nop, &scalar, dt,
                                                  seed % 2 ? ncclScalarHostImmediate : ncclScalarDevice, comm),
@@ -366,9 +369,9 @@ void collectives(Rank& rk, ncclComm_t comm) {
 void grouped(Rank& rk, ncclComm_t comm) {
   using T = Float32Type;
   const std::size_t count = 3000;
-  const Content<T> a{Inputs{11, false}, rk.n, Op::sum, 0.0f};
-  const Content<T> b{Inputs{12, false}, rk.n, Op::max, 0.0f};
-  const Content<T> c{Inputs{13, false}, rk.n, Op::sum, 0.0f};
+  const Content<T> a{Inputs{11, false}, rk.n, Op::sum};
+  const Content<T> b{Inputs{12, false}, rk.n, Op::max};
+  const Content<T> c{Inputs{13, false}, rk.n, Op::sum};
   rk.slab.reset();
   const Staged<T> x(rk.slab, Coll::AllReduce, rk.rank, rk.n, count, 0, false, a, 1);
   const Staged<T> y(rk.slab, Coll::AllReduce, rk.rank, rk.n, count, 0, true, b, 2);
@@ -490,7 +493,7 @@ void allreduce_on(Rank& rk, ncclComm_t comm, const std::vector<int>& members, in
   Rank sub{rk.sc, Layout(ids), me, static_cast<int>(members.size()), rk.fallback, rk.old_nccl, rk.journal, rk.report,
            rk.slab};
   const std::size_t count = 777;
-  const Content<T> content{Inputs{hash_string(label), false}, sub.n, Op::sum, 0};
+  const Content<T> content{Inputs{hash_string(label), false}, sub.n, Op::sum};
   rk.slab.reset();
   const Staged<T> call(rk.slab, Coll::AllReduce, me, sub.n, count, 0, false, content, 5);
   rk.journal.take();

@@ -2,7 +2,9 @@
 // ranks as processes (fork; run under MPS when they share a GPU) or as threads of one process
 // (ncclCommInitAll), on one GPU or spread over several (--gpus), eager and CUDA-graph captured (captured once, replayed
 // three times with fresh inputs). Inputs are seeded random, outputs poisoned; the reference is the
-// host datapath's own arithmetic (reduce_host), so a pass means bit-identical to the host datapath.
+// host datapath's own arithmetic (scale_host, reduce_host), so a pass means bit-identical to the host
+// datapath. PreMulSum gives every rank a scalar of its own: host-immediate, or in device memory
+// (ncclScalarDevice), rewritten before every replay of a captured graph, which must read it anew.
 //
 // Usage: test_gpu_matrix [--ranks N] [--threads] [--graph] [--quick] [--filter NAME] [--gpus G]
 // Rank r runs on device r % G; G defaults to 1 (every rank on device 0), 0 means every visible one.
@@ -123,6 +125,31 @@ void fill(DataType t, std::uint64_t seed, int rank, std::size_t count, std::vect
   }
 }
 
+// Rank r's PreMulSum scalar from `seed`: never zero, and for the floating types a value between
+// 0.5 and 2.5 that few inputs multiply exactly.
+std::vector<char> scalar_of(DataType t, std::uint64_t seed, int rank) {
+  const std::size_t es = purlin::size_of(t);
+  std::vector<char> out(es);
+  const std::uint64_t h = mix(seed ^ (static_cast<std::uint64_t>(rank + 1) * 0xD6E8FEB86659FD93ull));
+  const double f = 0.5 + static_cast<double>(h % 2000) / 1000.0 + 0x1p-12;
+  const std::int64_t k = static_cast<std::int64_t>(h % 9) - 4 == 0 ? 5 : static_cast<std::int64_t>(h % 9) - 4;  // -4..4, not 0
+  switch (t) {
+    case DataType::int8: { std::int8_t v = static_cast<std::int8_t>(k); std::memcpy(out.data(), &v, es); break; }
+    case DataType::uint8: { std::uint8_t v = static_cast<std::uint8_t>(h % 3 + 1); std::memcpy(out.data(), &v, es); break; }
+    case DataType::int32: { std::int32_t v = static_cast<std::int32_t>(k); std::memcpy(out.data(), &v, es); break; }
+    case DataType::uint32: { std::uint32_t v = static_cast<std::uint32_t>(h % 7 + 1); std::memcpy(out.data(), &v, es); break; }
+    case DataType::int64: { std::int64_t v = k; std::memcpy(out.data(), &v, es); break; }
+    case DataType::uint64: { std::uint64_t v = h % 5 + 1; std::memcpy(out.data(), &v, es); break; }
+    case DataType::f16: { std::uint16_t v = purlin::float_to_f16(static_cast<float>(f)); std::memcpy(out.data(), &v, es); break; }
+    case DataType::bf16: { std::uint16_t v = purlin::float_to_bf16(static_cast<float>(f)); std::memcpy(out.data(), &v, es); break; }
+    case DataType::f32: { float v = static_cast<float>(f); std::memcpy(out.data(), &v, es); break; }
+    case DataType::f64: { double v = f; std::memcpy(out.data(), &v, es); break; }
+    case DataType::f8e4m3: { std::uint8_t v = purlin::float_to_f8e4m3(static_cast<float>(f)); std::memcpy(out.data(), &v, es); break; }
+    case DataType::f8e5m2: { std::uint8_t v = purlin::float_to_f8e5m2(static_cast<float>(f)); std::memcpy(out.data(), &v, es); break; }
+  }
+  return out;
+}
+
 struct Case {
   Coll coll;
   DataType type;
@@ -179,11 +206,16 @@ bool expected(const Case& c, int n, int me, std::uint64_t seed, std::uint64_t sc
   }
   out->assign(recv_elems * es, 0);
   *checked = true;
+  // Every rank's contribution as its producer hands it over (PreMulSum: scaled by that rank's own
+  // scalar), then the consumer's fold.
   purlin::ReduceOp op{c.op, 0, nullptr, n};
-  if (c.op == RedOpKind::premulsum) {
-    std::vector<char> s;
-    fill(c.type, scalar_seed, 0, 1, &s);
-    std::memcpy(&op.scalar_bits, s.data(), es);
+  if (reduces(c.coll)) {
+    for (int r = 0; r < n; ++r) {
+      purlin::ReduceOp mine = op;
+      const std::vector<char> s = scalar_of(c.type, scalar_seed, r);
+      std::memcpy(&mine.scalar_bits, s.data(), es);
+      purlin::scale_host(c.type, mine, in[r].data(), in[r].data(), in[r].size() / es);
+    }
   }
   auto reduce_into = [&](char* dst, std::size_t offset, std::size_t count) {
     std::vector<const void*> srcs(static_cast<std::size_t>(n));
@@ -233,6 +265,7 @@ struct Rank {
   // device, which would stall ranks that share this process while a peer's kernel waits for them.
   char* buf = nullptr;
   char* other = nullptr;
+  char* scalar = nullptr;  // a PreMulSum scalar in device memory (8 bytes)
   std::size_t capacity = 0;
 };
 
@@ -295,10 +328,15 @@ void run_case(Rank& R, const Case& c, bool graph, std::uint64_t base_seed) {
 
   ncclRedOp_t op = static_cast<ncclRedOp_t>(static_cast<int>(c.op));
   const std::uint64_t scalar_seed = mix(base_seed ^ 0x5CA1A8);
+  // A device scalar in every other case; it changes with every replay (the seed of replay rep).
+  const bool device_scalar = c.op == RedOpKind::premulsum && (base_seed & 2) != 0;
+  auto scalar_seed_of = [&](int rep) { return device_scalar ? mix(scalar_seed + static_cast<std::uint64_t>(rep)) : scalar_seed; };
   if (c.op == RedOpKind::premulsum) {
-    std::vector<char> sc;
-    fill(c.type, scalar_seed, 0, 1, &sc);
-    ncclRedOpCreatePreMulSum(&op, sc.data(), static_cast<ncclDataType_t>(c.type), ncclScalarHostImmediate, R.comm);
+    const std::vector<char> sc = scalar_of(c.type, scalar_seed, R.me);
+    if (device_scalar) CUDA_OK(cudaMemcpyAsync(R.scalar, sc.data(), es, cudaMemcpyHostToDevice, R.stream));
+    ncclRedOpCreatePreMulSum(&op, device_scalar ? static_cast<void*>(R.scalar) : const_cast<char*>(sc.data()),
+                             static_cast<ncclDataType_t>(c.type), device_scalar ? ncclScalarDevice : ncclScalarHostImmediate,
+                             R.comm);
   }
   const int replays = graph ? 3 : 1;
   cudaGraphExec_t exec = nullptr;
@@ -310,6 +348,11 @@ void run_case(Rank& R, const Case& c, bool graph, std::uint64_t base_seed) {
     CUDA_OK(cudaMemsetAsync(buf, 0xA5, alloc, R.stream));
     if (other) CUDA_OK(cudaMemsetAsync(other, 0x5A, alloc, R.stream));
     CUDA_OK(cudaMemcpyAsync(send, in.data(), send_bytes, cudaMemcpyHostToDevice, R.stream));
+    std::vector<char> sc_rep;
+    if (device_scalar) {
+      sc_rep = scalar_of(c.type, scalar_seed_of(rep), R.me);
+      CUDA_OK(cudaMemcpyAsync(R.scalar, sc_rep.data(), es, cudaMemcpyHostToDevice, R.stream));
+    }
     if (graph) {
       if (rep == 0) {
         cudaGraph_t g;
@@ -335,7 +378,7 @@ void run_case(Rank& R, const Case& c, bool graph, std::uint64_t base_seed) {
     }
     CUDA_OK(cudaStreamSynchronize(R.stream));
     bool checked;
-    expected(c, R.n, R.me, seed, scalar_seed, &want, &checked);
+    expected(c, R.n, R.me, seed, scalar_seed_of(rep), &want, &checked);
     if (!checked) continue;  // this rank has no output (not the root)
     std::vector<char> got(recv_bytes);
     CUDA_OK(cudaMemcpyAsync(got.data(), recv, recv_bytes, cudaMemcpyDeviceToHost, R.stream));
@@ -407,6 +450,7 @@ void allocate(Rank& R, const Options& o) {
   R.capacity = most;
   CUDA_OK(cudaMalloc(&R.buf, most));
   CUDA_OK(cudaMalloc(&R.other, most));
+  CUDA_OK(cudaMalloc(&R.scalar, 8));
 }
 
 void run_rank(Rank& R, const Options& o) {

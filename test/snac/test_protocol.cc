@@ -7,11 +7,14 @@
 // The protocol settings are small on purpose: lanes wrap their rings many times, consecutive calls
 // alternate the staging halves, and messages on both sides of latency_max take the latency and the
 // throughput path, within one call where sizes differ per pair. Roots change from call to call and
-// every third call runs in place. The last tests end waits on a rank that never runs, by abort and
-// by timeout.
+// every third call runs in place. Every other reducing call is a PreMulSum with a random scalar of
+// its own on every rank (held by value on even ranks and read through a pointer on odd ones),
+// checked against each rank's input times its own scalar, rounded to the element type, then summed
+// in rank order. The last tests end waits on a rank that never runs, by abort and by timeout.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -107,6 +110,7 @@ struct Plan {
   int roles;
   bool composed;
   bool rooted;
+  bool reduces;
   coll::Layout input, output;
   Status (*role)(Atom&, const Context&, const Call&, Role);
   bool (*all_latency)(const Context&, const Call&);
@@ -120,6 +124,7 @@ Plan plan_of(const char* name) {
               role_count<D>(),
               D::composed,
               coll::rooted<D>(),
+              D::consume == coll::Consume::reduce,
               D::input,
               D::output,
               [](Atom& a, const Context& ctx, const Call& call, Role r) { return run_role<D>(a, ctx, call, r); },
@@ -185,11 +190,13 @@ struct CallSpec {
   int root;  // meaningful where the plan is rooted
   std::vector<Shape> shapes;
   bool in_place = false;  // input and output spans lie in one buffer per rank
+  bool premul = false;    // a reduction: PreMulSum with a scalar per rank instead of sum
 };
 
 struct RankCall {
   std::vector<char> in, in_before, out, expect;
   std::vector<Part> in_parts, out_parts;
+  std::vector<char> scalar;  // PreMulSum: this rank's scalar (the pointer odd ranks pass points here)
   Call call;
 };
 
@@ -208,10 +215,24 @@ T fold(T a, T b) {
   }
 }
 
+// PreMulSum's contribution: x times the contributing rank's scalar s, rounded to T once (integers
+// wrap).
+template <class T>
+T scaled(T s, T x) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(s) * static_cast<U>(x)));
+  } else {
+    const volatile T p = s * x;  // rounded on its own, never fused with the sum
+    return p;
+  }
+}
+
 // Applies the moves to the actual inputs: copies overwrite, reduce moves landing on one element fold
 // their sources in the order listed, starting from the first (what the output held takes no part).
+// With `premul`, a reduce move's source is scaled by its rank's scalar first.
 template <class T>
-void apply_moves(const std::vector<Move>& moves, std::vector<RankCall>& ranks) {
+void apply_moves(const std::vector<Move>& moves, std::vector<RankCall>& ranks, bool premul) {
   std::vector<std::vector<char>> folded(ranks.size());
   for (std::size_t r = 0; r < ranks.size(); ++r) folded[r].assign(ranks[r].expect.size() / sizeof(T) + 1, 0);
   for (const Move& m : moves) {
@@ -220,6 +241,11 @@ void apply_moves(const std::vector<Move>& moves, std::vector<RankCall>& ranks) {
     for (u64 i = 0; i < m.count; ++i) {
       T x, y;
       std::memcpy(&x, src + (m.src_offset + i) * sizeof(T), sizeof(T));
+      if (premul && m.reduce) {
+        T sc;
+        std::memcpy(&sc, ranks[m.src_rank].scalar.data(), sizeof(T));
+        x = scaled(sc, x);
+      }
       const u64 at = m.dst_offset + i;
       char& seen = folded[m.dst_rank][at];
       if (m.reduce && seen) {
@@ -255,6 +281,19 @@ void fill_input(DataType type, std::vector<char>& buf, Rng& rng) {
       break;
     default:
       FAIL("the test fills uint8, int32 and f32 only");
+  }
+}
+
+// A PreMulSum scalar, never zero: any int32 or uint8, an f32 of either sign between 1/4 and 4 with
+// a random significand (so that every product rounds).
+void fill_scalar(DataType type, std::vector<char>& buf, Rng& rng) {
+  buf.assign(size_of(type), 0);
+  if (type == DataType::f32) {
+    float v = std::ldexp(1.0f + static_cast<float>(rng() % (1u << 23)) * 0x1p-23f, static_cast<int>(rng() % 4) - 2);
+    if (rng() & 1) v = -v;
+    std::memcpy(buf.data(), &v, 4);
+  } else {
+    fill_input(type, buf, rng);
   }
 }
 
@@ -302,15 +341,25 @@ CallData prepare(int n, CallSpec spec, Rng& rng) {
     rc.call.root = spec.plan->rooted ? spec.root : -1;
     rc.call.type = spec.type;
     rc.call.op = ReduceOp{RedOpKind::sum, 0, nullptr, n};
+    if (spec.premul) {
+      fill_scalar(spec.type, rc.scalar, rng);
+      rc.call.op.kind = RedOpKind::premulsum;
+      if (r % 2 == 0) {
+        std::memcpy(&rc.call.op.scalar_bits, rc.scalar.data(), es);
+      } else {
+        rc.call.op.scalar_bits = ~std::uint64_t{0};  // must be ignored: the pointer says
+        rc.call.op.scalar_ptr = rc.scalar.data();
+      }
+    }
     rc.call.in = rc.in_parts.data();
     rc.call.out = rc.out_parts.data();
     // As the shim builds composed calls: this rank's intermediate is its own shard.
     rc.call.mid_bytes = sh.mid.empty() ? 0 : sh.mid[0].count * es;
   }
   switch (spec.type) {
-    case DataType::uint8: apply_moves<std::uint8_t>(mv.moves, cd.ranks); break;
-    case DataType::int32: apply_moves<std::int32_t>(mv.moves, cd.ranks); break;
-    case DataType::f32: apply_moves<float>(mv.moves, cd.ranks); break;
+    case DataType::uint8: apply_moves<std::uint8_t>(mv.moves, cd.ranks, spec.premul); break;
+    case DataType::int32: apply_moves<std::int32_t>(mv.moves, cd.ranks, spec.premul); break;
+    case DataType::f32: apply_moves<float>(mv.moves, cd.ranks, spec.premul); break;
     default: FAIL("unexpected element type");
   }
   cd.spec = std::move(spec);
@@ -375,7 +424,7 @@ void run_rank(World& w, int rank, std::vector<CallData>& calls, Failures& failur
 std::string describe(const CallData& cd, int n, const Settings& s, std::size_t index) {
   std::ostringstream o;
   o << cd.spec.plan->name << " n=" << n << " call " << index << (cd.spec.in_place ? " in place" : "") << " type "
-    << name_of(cd.spec.type);
+    << name_of(cd.spec.type) << (cd.spec.premul ? " premulsum" : "");
   if (cd.spec.plan->rooted) o << " root " << cd.spec.root;
   o << ", " << text(s, n);
   return o.str();
@@ -610,7 +659,8 @@ CallSpec exchange(const Plan* plan, int n, int call, Rng& rng, bool sparse) {
 // The call run in place, as NCCL defines it: a composition's input and output buffers coincide
 // (its shards sit at the same offsets); a packed input is the rank's own partition of a scattered
 // output (AllGather, Gather at the root) and a packed output the rank's own partition of a
-// scattered input (ReduceScatter, Scatter at the root). An exchange is not in place in the
+// scattered input (ReduceScatter, Scatter at the root); a packed input and a packed output (the
+// direct forms) sit at the same offsets already. An exchange is not in place in the
 // protocol (the executor copies its input first), so it stays as it is.
 CallSpec in_place(CallSpec spec) {
   const Plan& p = *spec.plan;
@@ -647,6 +697,8 @@ const std::vector<Declaration>& declarations() {
       {plan_of<coll::Gather>("Gather"), uniform_generator<coll::Gather>()},
       {plan_of<coll::Broadcast>("Broadcast"), uniform_generator<coll::Broadcast>()},
       {plan_of<coll::Reduce>("Reduce"), uniform_generator<coll::Reduce>()},
+      {plan_of<coll::AllReduceDirect>("AllReduceDirect"), uniform_generator<coll::AllReduceDirect>()},
+      {plan_of<coll::ReduceDirect>("ReduceDirect"), uniform_generator<coll::ReduceDirect>()},
       {plan_of<coll::AllGatherV>("AllGatherV"), &all_gather_v},
       {plan_of<coll::ReduceScatterV>("ReduceScatterV"), &reduce_scatter_v},
       {plan_of<coll::AllToAllV>("AllToAllV"),
@@ -700,6 +752,7 @@ void check_declaration(const std::string& name) {
       for (int c = 0; c < kCallsPerSequence; ++c) {
         CallSpec spec = d.make(&d.plan, n, c, rng);
         if (c % 3 == 2) spec = in_place(std::move(spec));
+        spec.premul = d.plan.reduces && c % 2 == 1;
         calls.push_back(prepare(n, std::move(spec), rng));
       }
       INFO(name << " n=" << n << " seed " << seed << " " << text(s, n));
@@ -728,6 +781,12 @@ TEST_CASE("Scatter on threads matches its movement", "[snac][protocol][root]") {
 TEST_CASE("Gather on threads matches its movement", "[snac][protocol][root]") { check_declaration("Gather"); }
 TEST_CASE("Broadcast on threads matches its movement", "[snac][protocol][root]") { check_declaration("Broadcast"); }
 TEST_CASE("Reduce on threads matches its movement", "[snac][protocol][root]") { check_declaration("Reduce"); }
+TEST_CASE("AllReduceDirect on threads matches its movement", "[snac][protocol][direct]") {
+  check_declaration("AllReduceDirect");
+}
+TEST_CASE("ReduceDirect on threads matches its movement", "[snac][protocol][direct][root]") {
+  check_declaration("ReduceDirect");
+}
 TEST_CASE("AllGatherV on threads matches its movement", "[snac][protocol][v]") { check_declaration("AllGatherV"); }
 TEST_CASE("ReduceScatterV on threads matches its movement", "[snac][protocol][v]") {
   check_declaration("ReduceScatterV");
@@ -752,6 +811,7 @@ TEST_CASE("mixed declarations back to back on one world", "[snac][protocol][mixe
         const Declaration& d = all[rng() % all.size()];
         CallSpec spec = d.make(&d.plan, n, static_cast<int>(rng() % 10), rng);
         if (rng() % 4 == 0) spec = in_place(std::move(spec));
+        spec.premul = d.plan.reduces && rng() % 2 == 0;
         calls.push_back(prepare(n, std::move(spec), rng));
       }
       INFO("n=" << n << " seed " << seed << " " << text(s, n));
@@ -938,12 +998,15 @@ TEST_CASE("ranks whose calls differ stop with invalid_usage at once, on both pat
     const Plan* plan;
     DataType type0, type1;  // rank 0's, the others'
     u64 count0, count1;     // elements per rank (per shard for AllReduce)
+    bool premul0 = false;   // rank 0 calls PreMulSum, the others sum
   };
   const Case cases[] = {
       {"AllReduce, counts differ, both on packets", &all_reduce, DataType::int32, DataType::int32, 48, 64},
       {"AllReduce, packets against staged", &all_reduce, DataType::int32, DataType::int32, 64, 4096},
       {"AllReduce, staged, counts differ", &all_reduce, DataType::int32, DataType::int32, 4096, 3000},
       {"AllReduce, same bytes, other type", &all_reduce, DataType::f32, DataType::int32, 2048, 2048},
+      {"AllReduce, PreMulSum against sum, packets", &all_reduce, DataType::f32, DataType::f32, 64, 64, true},
+      {"AllReduce, PreMulSum against sum, staged", &all_reduce, DataType::f32, DataType::f32, 4096, 4096, true},
       {"AllGather, packets against staged", &all_gather, DataType::uint8, DataType::uint8, 4096, 200},
       {"AllGather, same bytes, other type", &all_gather, DataType::int32, DataType::f32, 100, 100},
       {"Broadcast, counts differ", &broadcast, DataType::uint8, DataType::uint8, 9000, 7000},
@@ -960,7 +1023,7 @@ TEST_CASE("ranks whose calls differ stop with invalid_usage at once, on both pat
       return coll::uniform_shapes<coll::Broadcast>(n, count, 0, 64);
     };
     std::vector<CallData> per_rank;
-    per_rank.push_back(prepare(n, CallSpec{c.plan, c.type0, 0, shapes_for(c.count0)}, rng));
+    per_rank.push_back(prepare(n, CallSpec{c.plan, c.type0, 0, shapes_for(c.count0), false, c.premul0}, rng));
     for (int r = 1; r < n; ++r) per_rank.push_back(prepare(n, CallSpec{c.plan, c.type1, 0, shapes_for(c.count1)}, rng));
     const MismatchRun run = run_mismatched(w, *c.plan, per_rank);
     for (int r = 0; r < n; ++r) {

@@ -43,8 +43,13 @@ constexpr std::uint64_t kStagingBudget = 256ull << 20;
 // this; with many ranks the largest exchanged message shrinks to fit.
 constexpr std::uint64_t kExchangeBudget = 32ull << 20;
 constexpr std::uint64_t kExchangeMaxBytes = 256ull << 10;
-constexpr std::uint64_t kExchangeChannelBytes = 4ull << 10;
+constexpr std::uint64_t kExchangeChannelBytes = 2ull << 10;
 constexpr int kExchangeCtas = 128;
+// Calls of 1 MiB and more keep the generic kernels: with 8 ranks on one H200 the exchange took 91.7,
+// 43.9, 55.4 and 50.9 us for AllReduce, AllGather, ReduceScatter and AlltoAll of 1 MiB where NCCL
+// 2.30.7 took 62.3, 36.3, 36.1 and 26.2 (nccl-compare, bf16, graph;
+// perf/results/2026-12-01-h200-exchange/).
+constexpr std::uint64_t kExchangeCallBytes = 1ull << 20;
 
 struct TableEntry {
   DatapathKind datapath;
@@ -301,6 +306,7 @@ Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int c
     // The channels of all sharing ranks together stay near kExchangeCtas.
     p.exchange_channels = c.exchange_channels ? c.exchange_channels : std::clamp(kExchangeCtas / std::max(1, sharing), 1, 64);
     p.exchange_max_bytes = c.exchange_disabled ? 0 : c.exchange_max_bytes ? c.exchange_max_bytes : kExchangeMaxBytes;
+    p.exchange_call_bytes = kExchangeCallBytes;
     // A box holds one channel's slice of the largest message, as LL packets (16 bytes per 8).
     const std::uint64_t boxes = static_cast<std::uint64_t>(p.exchange_channels) * 4ull * static_cast<std::uint64_t>(std::max(nranks, 1));
     const std::uint64_t slice_fit = (kExchangeBudget / boxes / 2) & ~std::uint64_t{15};

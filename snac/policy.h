@@ -34,9 +34,11 @@ struct Policy {
   std::uint64_t direct_max_bytes = 0;  // AllReduce and Reduce up to this size: one direct reduce (0: never)
   std::uint64_t broadcast_direct_max_bytes = 0;  // Broadcast up to this size: the root's whole buffer to all
   // The latency exchange (snac/protocol/exchange.h), SM datapath: a call whose largest message is at
-  // most exchange_max_bytes runs as one exchange kernel, one CTA per exchange_channel_bytes of a
-  // message, at most exchange_channels (0: no exchange).
+  // most exchange_max_bytes, and whose input and output are each smaller than exchange_call_bytes,
+  // runs as one exchange kernel, one CTA per exchange_channel_bytes of a message, at most
+  // exchange_channels (0: no exchange).
   std::uint64_t exchange_max_bytes = 0;
+  std::uint64_t exchange_call_bytes = 0;  // ... and whose buffers are smaller than this
   std::uint64_t exchange_channel_bytes = 0;
   int exchange_channels = 0;
   double sim_us_per_op = 0;            // ncclGroupSimulateEnd's cost model: fixed cost per op

@@ -227,12 +227,6 @@ class HostAtom {
   template <class What>
   Status stalled(std::chrono::steady_clock::time_point start, What&& what) const;
 
-  static std::vector<char>& scale_buffer(std::size_t bytes) {
-    thread_local std::vector<char> buf;
-    if (buf.size() < bytes) buf.resize(bytes);
-    return buf;
-  }
-
   // wait(), also reading `watch` while it waits long (see PacketPull).
   Status wait_word(std::uint64_t* flag, std::uint64_t value, const std::uint64_t* watch) const;
   Status mismatched(const std::uint64_t* flag, std::uint64_t seen, std::uint64_t want) const;
@@ -243,7 +237,8 @@ class HostAtom {
     if (buf.size() < bytes) buf.resize(bytes);
     return buf;
   }
-  // Per-thread room for push_contributions' scaled message; grows, never shrinks.
+  // Per-thread room for a scaled contribution (push_contributions, the exchange's push); grows,
+  // never shrinks.
   static std::vector<char>& scale_buffer(std::size_t bytes) {
     thread_local std::vector<char> buf;
     if (buf.size() < bytes) buf.resize(bytes);

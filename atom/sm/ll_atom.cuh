@@ -361,11 +361,7 @@ class LLAtom {
     const std::uint64_t stride = blockDim.x;
     for (std::uint64_t p0 = threadIdx.x; p0 < packets; p0 += stride * static_cast<std::uint64_t>(per)) {
       std::uint64_t own[kGroup];
-#pragma unroll
-      for (int u = 0; u < kGroup; ++u) {
-        const std::uint64_t p = p0 + static_cast<std::uint64_t>(u) * stride;
-        own[u] = u < per && p < packets ? ll_load_word(self, p, bytes) : 0;
-      }
+      load_own(own, self, p0, per, packets, bytes);
       WordFold<R, 8> accs[kGroup];
       for (int s0 = 0; s0 < n;) {
         // Sources s0 .. s1 - 1 for words p0, p0 + stride, ... (up to `per` of them).
@@ -403,6 +399,20 @@ class LLAtom {
       }
     }
     return 0;
+  }
+
+  // Words p0, p0 + blockDim.x, ... (`per` of them) of this rank's own contribution, loaded together.
+  // Out of line, as await: it needs no type, and every typed fold calls it.
+  __device__ __noinline__ void load_own(std::uint64_t* own, const char* self, std::uint64_t p0, int per,
+                                        std::uint64_t packets, std::uint64_t bytes) const {
+    std::uint64_t v[kGroup];
+#pragma unroll
+    for (int u = 0; u < kGroup; ++u) {
+      const std::uint64_t p = p0 + static_cast<std::uint64_t>(u) * blockDim.x;
+      v[u] = u < per && p < packets ? ll_load_word(self, p, bytes) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < kGroup; ++u) own[u] = v[u];
   }
 
   // Waits until every packet of `w` carries its flag (loads of all of them in flight, then again

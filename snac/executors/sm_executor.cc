@@ -304,10 +304,17 @@ class SmExecutor final : public Executor {
   // every part from a base and a size; the check compares them with op's). Fills *x and *threads.
   bool exchange_plan(const Op& op, ExchangeArgs* x, int* threads) const {
     if (!exchange_bytes_ || !exchange_serves(op.kind) || op.in.empty() || op.out.empty()) return false;
-    std::uint64_t largest = 0;
-    for (const Part& p : op.in) largest = std::max(largest, p.bytes);
-    for (const Part& p : op.out) largest = std::max(largest, p.bytes);
+    std::uint64_t largest = 0, total_in = 0, total_out = 0;
+    for (const Part& p : op.in) {
+      largest = std::max(largest, p.bytes);
+      total_in += p.bytes;
+    }
+    for (const Part& p : op.out) {
+      largest = std::max(largest, p.bytes);
+      total_out += p.bytes;
+    }
     if (largest == 0 || largest > policy_.exchange_max_bytes) return false;
+    if (std::max(total_in, total_out) >= policy_.exchange_call_bytes) return false;
     const int n = xargs_.nranks;
     using Form = UniformSide::Form;
     const auto side = [&](const std::vector<Part>& parts, Form form) {

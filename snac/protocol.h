@@ -13,7 +13,10 @@
 //  - Throughput path: the producer copies its contribution chunk by chunk into a ring of slots in its
 //    own staging (half chosen by its call parity) and notifies each consumer with q; consumers pull
 //    from the producer's staging and ack q into the producer's window. Slot j is reused for chunk
-//    j + slots only after every consumer acked chunk j.
+//    j + slots only after every consumer acked chunk j. A later call stages over a region of a half
+//    only after the consumers that were sent messages in that region acked them (open_lane,
+//    end_call): a staged message that fits its ring lets its call end before the consumer's receive
+//    is posted, as NCCL's buffered sends do, and a chain of calls to other peers never waits on it.
 //
 // The layouts decide, at compile time, who produces, who consumes and what goes where:
 //  - a scattered input offers partition k to rank k only; a packed input offers itself to every
@@ -254,15 +257,47 @@ PURLIN_HD void ack_messages(Atom& atom, const Context& ctx, int phase, From&& fr
   });
 }
 
-// Throughput path: before a message's first chunk, make sure the consumer has read the lane base of
-// our previous staged message, then publish this one's.
+// A region of a staging half as [lo, hi) in 256-byte units from the half's start, packed lo | hi << 32
+// (a half of up to 1 TiB).
+PURLIN_HD std::uint64_t span_of(const Context& ctx, std::uint64_t offset, std::uint64_t bytes) {
+  const std::uint64_t in_half = offset % ctx.geo.staging_half;
+  return in_half / 256 | (in_half + bytes + 255) / 256 << 32;
+}
+PURLIN_HD bool spans_overlap(std::uint64_t a, std::uint64_t b) {
+  return (a & 0xffffffffu) < (b >> 32) && (b & 0xffffffffu) < (a >> 32);
+}
+PURLIN_HD std::uint64_t span_union(std::uint64_t a, std::uint64_t b) {
+  if (a == 0) return b;
+  const std::uint64_t lo = (a & 0xffffffffu) < (b & 0xffffffffu) ? a & 0xffffffffu : b & 0xffffffffu;
+  const std::uint64_t hi = (a >> 32) > (b >> 32) ? a >> 32 : b >> 32;
+  return lo | hi << 32;
+}
+
+// Throughput path: before a message's first chunk, make sure that the region of this call's
+// staging half the message's lane covers has been read by every consumer of an earlier message
+// staged over it (and only those: a chain of calls to different peers never waits on a peer that
+// has yet to receive), and that the consumer has read the lane base of our previous staged message;
+// then publish this one's and note the region for the end of the call.
 template <class Atom>
-PURLIN_HD Status open_lane(Atom& atom, const Context& ctx, int phase, int consumer, std::uint64_t offset) {
+PURLIN_HD Status open_lane(Atom& atom, const Context& ctx, int phase, int consumer, std::uint64_t offset,
+                           std::uint64_t region) {
   LocalState& st = *ctx.state;
+  const std::uint64_t half = st.epoch & 1;
+  const std::uint64_t span = span_of(ctx, offset, region);
+  const int n = ctx.nranks;
+  PURLIN_TRY(atom.wait_each(kMaxPhases * n, [&](int i, std::uint64_t*& word, std::uint64_t& value) {
+    const int ph = i / n, d = i % n;
+    const std::uint64_t need = st.half_need[half][ph][d];
+    if (need == 0 || !spans_overlap(st.half_span[half][ph][d], span)) return false;
+    word = slot_ack(ctx, ph, d);
+    value = flag_word(need);
+    return true;
+  }));
   if (st.lane_first[phase][consumer])
     PURLIN_TRY(atom.wait(slot_ack(ctx, phase, consumer), flag_word(st.lane_first[phase][consumer])));
   atom.store_relaxed(lane_base_at(ctx, consumer, phase, ctx.rank), offset);
   atom.put(&st.lane_first[phase][consumer], st.tx[phase][consumer] + 1);
+  atom.put(&st.staged[phase][consumer], span_union(st.staged[phase][consumer], span));
   return Status::ok;
 }
 
@@ -313,7 +348,7 @@ PURLIN_HD Status stage(Atom& atom, const Context& ctx, const Call& call, const L
     if (chunks > max_chunks) max_chunks = chunks;
     std::uint64_t offset = lane_offset(ctx, l, phase, o.lane);
     for_each_consumer<D>(ctx, call, o, [&](int d) {
-      if (status == Status::ok) status = open_lane(atom, ctx, phase, d, offset);
+      if (status == Status::ok) status = open_lane(atom, ctx, phase, d, offset, l.region);
     });
   });
   PURLIN_TRY(status);
@@ -368,7 +403,7 @@ struct NextLane {
     Status s = Status::ok;
     std::uint64_t offset = lane_offset(ctx, l, 1, 0);
     for_each_consumer<G>(ctx, call, offer, [&](int d) {
-      if (s == Status::ok) s = open_lane(atom, ctx, 1, d, offset);
+      if (s == Status::ok) s = open_lane(atom, ctx, 1, d, offset, l.region);
     });
     return s;
   }
@@ -523,20 +558,6 @@ PURLIN_HD Status consume(Atom& atom, const Context& ctx, const Call& call, const
 // ---------------------------------------------------------------------------------------------
 // Call boundaries and the roles of a declaration.
 
-// Before anything of this call is staged: the staging half of this call's parity must have been
-// read completely by the consumers of the last call that used it.
-template <class Atom>
-PURLIN_HD Status begin_call(Atom& atom, const Context& ctx) {
-  const std::uint64_t half = ctx.state->epoch & 1;
-  return atom.wait_each(kMaxPhases * ctx.nranks, [&](int i, std::uint64_t*& word, std::uint64_t& value) {
-    const int ph = i / ctx.nranks, d = i % ctx.nranks;
-    const std::uint64_t need = ctx.state->half_need[half][ph][d];
-    word = slot_ack(ctx, ph, d);
-    value = flag_word(need);
-    return need != 0;
-  });
-}
-
 // A rank that found its call mismatched with a peer's (Status::invalid_usage) stores the status in
 // every peer's fault word: their waits end too, instead of waiting for messages that never come.
 // `windows` are the windows whose fault words the peers watch.
@@ -550,12 +571,28 @@ PURLIN_HD void raise_fault(Atom& atom, const Context& ctx, const Window* windows
   });
 }
 
-// After every role of this call has finished on this rank; one thread runs it.
-PURLIN_HD void end_call(const Context& ctx) {
+// After every role of this call has finished on this rank; one thread runs it. The regions this call
+// staged join their half's record of what consumers may still read, which a later call that
+// stages over them waits for (open_lane); records whose consumer has acked everything are dropped,
+// so a region stays tied only to the peers that have yet to read it.
+template <class Atom>
+PURLIN_HD void end_call(Atom& atom, const Context& ctx) {
   LocalState& st = *ctx.state;
-  std::uint64_t half = st.epoch & 1;
+  const std::uint64_t half = st.epoch & 1;
   for (int ph = 0; ph < kMaxPhases; ++ph)
-    for (int d = 0; d < ctx.nranks; ++d) st.half_need[half][ph][d] = st.tx[ph][d];
+    for (int d = 0; d < ctx.nranks; ++d) {
+      const std::uint64_t acked = atom::seq_of(atom.load_relaxed(slot_ack(ctx, ph, d)));
+      for (int h = 0; h < 2; ++h)
+        if (st.half_need[h][ph][d] != 0 && acked >= st.half_need[h][ph][d]) {
+          st.half_need[h][ph][d] = 0;
+          st.half_span[h][ph][d] = 0;
+        }
+      if (st.staged[ph][d] != 0) {
+        st.half_need[half][ph][d] = st.tx[ph][d];
+        st.half_span[half][ph][d] = span_union(st.half_span[half][ph][d], st.staged[ph][d]);
+        st.staged[ph][d] = 0;
+      }
+    }
   ++st.epoch;
 }
 
@@ -587,15 +624,6 @@ PURLIN_HD bool all_latency(const Context& ctx, const Call& call) {
     }
   }
   return all;
-}
-
-// Whether `role` writes this rank's staging in this call, so that begin_call must first wait for the
-// staging half to be free. Packets never touch staging.
-template <class D>
-PURLIN_HD bool stages(const Context& ctx, const Call& call, Role role) {
-  if (role == Role::gather) return false;
-  if (!D::composed && role == Role::consume) return false;
-  return !all_latency<D>(ctx, call);
 }
 
 // Runs one role of declaration D (plain or composed) for this rank.

@@ -73,7 +73,11 @@ struct LocalState {
   std::uint64_t tx[kMaxPhases][kMaxRanks];        // messages (chunks or packet batches) sent per pair
   std::uint64_t rx[kMaxPhases][kMaxRanks];        // messages consumed per pair
   std::uint64_t lane_first[kMaxPhases][kMaxRanks];  // first chunk of the last staged message per pair
-  std::uint64_t half_need[2][kMaxPhases][kMaxRanks];  // acks a staging half needs before reuse
+  std::uint64_t staged[kMaxPhases][kMaxRanks];    // region of this call's half staged per pair (span_of)
+  // Per half: the ack that the pair's consumer still owes for messages staged in the half, and the
+  // region those messages cover. A call staging over the region waits for the ack (open_lane).
+  std::uint64_t half_need[2][kMaxPhases][kMaxRanks];
+  std::uint64_t half_span[2][kMaxPhases][kMaxRanks];
   std::uint64_t epoch;                            // calls so far: parity picks the staging half
 };
 

@@ -222,7 +222,6 @@ class HostExecutor final : public Executor {
     std::atomic<bool> failed{false};
     atom::WaitGuard guard{&abort_, &failed, timeout_s_, windows_[ctx_.rank].fault};
     atom::HostAtom atom(call.type, call.op, guard);
-    PURLIN_TRY(begin_call(atom, ctx_));
     constexpr int roles = role_count<D>();
     Status status[roles]{};
     std::string why[roles];  // the messages of roles that failed on worker threads
@@ -266,7 +265,7 @@ class HostExecutor final : public Executor {
       if (cause == Status::invalid_usage) raise_fault(atom, ctx_, windows_.data(), cause);
       return cause;
     }
-    end_call(ctx_);
+    end_call(atom, ctx_);
     return Status::ok;
   }
 

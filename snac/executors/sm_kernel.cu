@@ -34,11 +34,13 @@ __device__ __forceinline__ void write_back(LocalState* dst, const LocalState* sr
   if (role == Role::stage) {
     copy_words(dst->tx[0], src->tx[0], n);
     copy_words(dst->lane_first[0], src->lane_first[0], n);
+    copy_words(dst->staged[0], src->staged[0], n);
   } else if (role == Role::consume) {
     copy_words(dst->rx[0], src->rx[0], n);
     if (composed) {
       copy_words(dst->tx[1], src->tx[1], n);
       copy_words(dst->lane_first[1], src->lane_first[1], n);
+      copy_words(dst->staged[1], src->staged[1], n);
     }
   } else {
     copy_words(dst->rx[1], src->rx[1], n);
@@ -84,9 +86,7 @@ __global__ void __launch_bounds__(kSmThreads, 2) snac_kernel(const __grid_consta
   call.mid_bytes = slice(Part{nullptr, a.mid_bytes}, c, a).bytes;
 
   atom::SmAtom atom(a.type, a.op, a.guard, &cta_words, a.one_gpu);
-  Status s = Status::ok;
-  if (stages<D>(ctx, call, role)) s = begin_call(atom, ctx);
-  if (s == Status::ok) s = run_role<D>(atom, ctx, call, role);
+  const Status s = run_role<D>(atom, ctx, call, role);
   // The peers of every channel watch the fault word of their channel-0 window.
   if (s == Status::invalid_usage) raise_fault(atom, ctx, a.ctx.win, s);
   __syncthreads();
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kSmThreads, 2) snac_kernel(const __grid_consta
       __threadfence();
       a.done[c] = 0;
       ctx.state = global_state;
-      end_call(ctx);
+      end_call(atom, ctx);
       __threadfence();
     }
   }

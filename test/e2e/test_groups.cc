@@ -4,6 +4,8 @@
 //     groups;
 //   - send/receive patterns: ring in both directions, all pairs (self included), blocking pairs
 //     outside any group;
+//   - chains of separate Send/Recv calls that complete only because small sends are buffered
+//     (test/e2e/chains.h): the README's former limitation and random chains;
 //   - ncclCommSplit by color rank % 2 and key -rank with one rank NCCL_SPLIT_NOCOLOR, and a
 //     collective on each part; two splits of one parent in one group (each rank's first makes
 //     one communicator, its second another, whatever order their work comes to); communicators
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "buffers.h"
+#include "chains.h"
 #include "harness.h"
 #include "plans.h"
 #include "reference.h"
@@ -255,6 +258,42 @@ void blocking_pairs(Ctx& cx, ncclDataType_t dt, std::size_t count, const std::st
   }
 }
 
+// A chain of separate, blocking Send/Recv calls (test/e2e/chains.h) as this rank's part of it: every
+// message carries its own content, every receive buffer starts as poison, and each is checked after
+// the whole chain (a send's buffer is left alone until then).
+void run_chain(Ctx& cx, const chains::Chain& chain) {
+  const int r = cx.r();
+  Reporter& report = cx.report();
+  ncclComm_t comm = cx.env.comm;
+  if (r >= static_cast<int>(chain.size())) return;
+  const auto& ops = chain[static_cast<std::size_t>(r)];
+  std::vector<std::vector<std::uint32_t>> buffers;
+  for (const chains::P2p& op : ops) {
+    std::vector<std::uint32_t> b(op.count, 0xA5A5A5A5u);
+    if (op.send)
+      for (std::size_t i = 0; i < op.count; ++i) b[i] = chains::element(op.id, i);
+    buffers.push_back(std::move(b));
+  }
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    const chains::P2p& op = ops[k];
+    const std::string what = std::string(op.send ? "ncclSend to " : "ncclRecv from ") + std::to_string(op.peer) +
+                             " (message " + std::to_string(op.id) + ", call " + std::to_string(k) + ")";
+    const ncclResult_t rc = op.send ? ncclSend(buffers[k].data(), op.count, ncclInt32, op.peer, comm, kNoStream)
+                                    : ncclRecv(buffers[k].data(), op.count, ncclInt32, op.peer, comm, kNoStream);
+    if (!report.expect(rc, what, comm)) return;
+  }
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    if (ops[k].send) continue;
+    for (std::size_t i = 0; i < ops[k].count; ++i)
+      if (buffers[k][i] != chains::element(ops[k].id, i)) {
+        report.fail("message " + std::to_string(ops[k].id) + " from " + std::to_string(ops[k].peer) + ": element " +
+                    std::to_string(i) + " is " + std::to_string(buffers[k][i]) + ", expected " +
+                    std::to_string(chains::element(ops[k].id, i)));
+        break;
+      }
+  }
+}
+
 // ---- Several communicators ------------------------------------------------------------------------
 
 // One collective on `comm`, as rank `rank` of `nranks`: prepared, issued outside any group, checked.
@@ -445,6 +484,14 @@ void run_all(RankEnv& env) {
       typed("SendRecv/blocking_pairs" + suffix, dt,
             [&]<class T>() { blocking_pairs<T>(cx, dt, count, "SendRecv/blocking_pairs" + suffix); });
     }
+  }
+  if (cx.n() >= 4) ran += run_case(env.report, "Chain/readme", [&] { run_chain(cx, chains::readme_chain(cx.n())); });
+  // Seeds whose chains need buffering, the first few from a fixed walk (the same on every rank).
+  for (std::uint64_t seed = 1, found = 0; cx.n() >= 2 && found < 6 && seed < 1000; ++seed) {
+    const chains::Chain chain = chains::random_chain(seed, cx.n());
+    if (!chains::needs_buffering(chain)) continue;
+    ++found;
+    ran += run_case(env.report, "Chain/random/seed=" + std::to_string(seed), [&] { run_chain(cx, chain); });
   }
   ran += run_case(env.report, "Split/parity", [&] { split_by_parity(cx, "Split/parity"); });
   ran += run_case(env.report, "Split/interleaved", [&] { interleaved_splits(cx, "Split/interleaved"); });

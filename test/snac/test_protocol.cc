@@ -1,6 +1,6 @@
 // SNAC's protocol on the host Atom, every rank a thread of this process. Windows live on the heap;
-// each call runs the way the host executor runs it (begin_call, the rank's roles on their own
-// threads, end_call once they all finished), ranks run their calls back to back with no barrier
+// each call runs the way the host executor runs it (the rank's roles on their own threads, end_call
+// once they all finished), ranks run their calls back to back with no barrier
 // between calls, and every output is compared with what the declaration's implied movement
 // (collectives/movement.h) gives when it is applied to the actual inputs.
 //
@@ -379,7 +379,7 @@ struct Failures {
 
 const char* role_name(int r) { return r == 0 ? "stage" : r == 1 ? "consume" : "gather"; }
 
-// One rank's calls, back to back, as the host executor runs each: begin_call, then the roles (on
+// One rank's calls, back to back, as the host executor runs each: the roles (on
 // this thread one after the other when every message takes the latency path, otherwise the stage
 // role here and the others on threads of their own), then end_call once all of them finished.
 void run_rank(World& w, int rank, std::vector<CallData>& calls, Failures& failures) {
@@ -396,7 +396,6 @@ void run_rank(World& w, int rank, std::vector<CallData>& calls, Failures& failur
       failures.add(o.str());
       w.abort.store(true);
     };
-    if (Status s = begin_call(atom, ctx); s != Status::ok) return report("begin_call", s);
     Status status[3] = {Status::ok, Status::ok, Status::ok};
     if (w.settings.inline_latency && p.all_latency(ctx, call)) {
       for (int r = 0; r < p.roles; ++r) {
@@ -417,7 +416,7 @@ void run_rank(World& w, int rank, std::vector<CallData>& calls, Failures& failur
     }
     for (int r = 0; r < p.roles; ++r)
       if (status[r] != Status::ok) return report(role_name(r), status[r]);
-    end_call(ctx);
+    end_call(atom, ctx);
   }
 }
 
@@ -855,8 +854,6 @@ struct StuckCall {
 
   void start() {
     for (int r = 0; r < 2; ++r) {
-      Atom atom(DataType::int32, calls[0].ranks[r].call.op, guard[r]);
-      REQUIRE(begin_call(atom, w.ctx[r]) == Status::ok);  // the first call waits for nothing
       for (int role = 0; role < 3; ++role)
         threads.emplace_back([this, r, role] {
           const Call& call = calls[0].ranks[r].call;
@@ -963,8 +960,8 @@ MismatchRun run_mismatched(World& w, const Plan& plan, std::vector<CallData>& pe
       std::atomic<bool> failed{false};
       const atom::WaitGuard guard{&w.abort, &failed, w.timeout_s, w.windows[r].fault};
       Atom atom(call.type, call.op, guard);
-      Status result = begin_call(atom, ctx);
-      if (result == Status::ok) {
+      Status result = Status::ok;
+      {
         Status status[3] = {Status::ok, Status::ok, Status::ok};
         std::vector<std::thread> roles;
         for (int role = 1; role < plan.roles; ++role)

@@ -80,9 +80,12 @@ Config read_config() {
 
   std::string dp = env("PURLIN_DATAPATH");
   if (dp == "sm") c.datapath = DatapathChoice::sm;
-  else if (dp == "ce") c.datapath = DatapathChoice::ce;
   else if (dp == "host") c.datapath = DatapathChoice::host;
-  else if (!dp.empty() && dp != "auto") log::warn("PURLIN_DATAPATH={} is not one of sm, ce, host, auto; ignored", dp);
+  else if (dp == "ce")
+    c.datapath_refused = "PURLIN_DATAPATH=ce: the copy-engine datapath is not built yet (datapaths: sm, host, auto)";
+  else if (!dp.empty() && dp != "auto")
+    c.datapath_refused = fmt::format("PURLIN_DATAPATH={} names no datapath (datapaths: sm, host, auto)", dp);
+  if (!c.datapath_refused.empty()) log::warn("{}; communicators fail to initialise", c.datapath_refused);
 
   c.timeout_s = parse_seconds("PURLIN_TIMEOUT", env("PURLIN_TIMEOUT"), c.timeout_s);
   c.bootstrap_timeout_s = parse_seconds("PURLIN_BOOTSTRAP_TIMEOUT", env("PURLIN_BOOTSTRAP_TIMEOUT"), c.bootstrap_timeout_s);
@@ -131,8 +134,7 @@ void log_config(const Config& c) {
   log::info(log::kEnv, "Purlin {}: PURLIN_DATAPATH={} PURLIN_TIMEOUT={}s PURLIN_BOOTSTRAP_TIMEOUT={}s "
             "NCCL_NVLS_ENABLE={} PURLIN_NVLS={}",
             PURLIN_VERSION,
-            c.datapath == DatapathChoice::sm ? "sm" : c.datapath == DatapathChoice::ce ? "ce"
-            : c.datapath == DatapathChoice::host ? "host" : "auto",
+            c.datapath == DatapathChoice::sm ? "sm" : c.datapath == DatapathChoice::host ? "host" : "auto",
             c.timeout_s, c.bootstrap_timeout_s, c.nvls_disabled ? "0" : "(unset)", c.nvls_requested ? 1 : 0);
   if (!c.comm_id.empty()) log::info(log::kEnv, "NCCL_COMM_ID set by environment to {}", c.comm_id);
   if (c.comm_blocking >= 0) log::info(log::kEnv, "NCCL_COMM_BLOCKING set by environment to {}", c.comm_blocking);

@@ -8,7 +8,7 @@
 
 namespace purlin {
 
-enum class DatapathChoice { automatic, sm, ce, host };
+enum class DatapathChoice { automatic, sm, host };
 
 // The operations PURLIN_FALLBACK can forward to the real NCCL, as bits of Config::fallback_ops. Bit k
 // is the k-th operation of snac::CollKind (the shim checks that the orders agree).
@@ -39,7 +39,8 @@ struct Config {
   bool nvls_disabled = false;    // NCCL_NVLS_ENABLE=0 is a hard off
 
   // Purlin's own.
-  DatapathChoice datapath = DatapathChoice::automatic;  // PURLIN_DATAPATH=sm|ce|host
+  DatapathChoice datapath = DatapathChoice::automatic;  // PURLIN_DATAPATH=sm|host|auto
+  std::string datapath_refused;                         // why PURLIN_DATAPATH names no datapath (init fails)
   bool nvls_requested = false;                          // PURLIN_NVLS=1 (never overrides NCCL_NVLS_ENABLE=0)
   double timeout_s = 300.0;                             // PURLIN_TIMEOUT: any wait longer than this fails
   double bootstrap_timeout_s = 120.0;                   // PURLIN_BOOTSTRAP_TIMEOUT: init rendezvous

@@ -104,13 +104,18 @@ ncclResult_t read_config(const char* fn, const ncclConfig_t* config, Settings* o
 // The datapath and device a new communicator serves.
 ncclResult_t choose_device(const char* fn, int* device) {
   const Config& c = config();
+  if (!c.datapath_refused.empty()) return fail(nullptr, ncclInvalidUsage, fmt::format("{}: {}", fn, c.datapath_refused));
   int gpus = cuda_device_count();
   if (c.datapath == DatapathChoice::host || gpus == 0) {
+    log::info(log::kInit, "{}: host datapath ({})", fn,
+              c.datapath == DatapathChoice::host ? "PURLIN_DATAPATH=host" : "no CUDA device visible");
     *device = -1;
     return ncclSuccess;
   }
   int d = cuda_current_device();
   if (d < 0) return fail(nullptr, ncclUnhandledCudaError, fmt::format("{}: cannot read the current CUDA device", fn));
+  log::info(log::kInit, "{}: GPU datapath on device {} ({})", fn, d,
+            c.datapath == DatapathChoice::sm ? "PURLIN_DATAPATH=sm" : "a CUDA device is visible");
   *device = d;
   return ncclSuccess;
 }

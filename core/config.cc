@@ -76,6 +76,7 @@ Config read_config() {
   else if (!b.empty()) log::warn("NCCL_COMM_BLOCKING={} is not 0 or 1; ignored", b);
   c.socket_ifname = env("NCCL_SOCKET_IFNAME");
   c.nvls_disabled = env("NCCL_NVLS_ENABLE") == "0";
+  c.check_pointers = env("NCCL_CHECK_POINTERS") == "1";
   c.nvls_requested = env("PURLIN_NVLS") == "1";
 
   std::string dp = env("PURLIN_DATAPATH");

@@ -37,6 +37,7 @@ struct Config {
   int comm_blocking = -1;        // NCCL_COMM_BLOCKING: 0 or 1 overrides every config's blocking (-1: unset)
   std::string socket_ifname;     // NCCL_SOCKET_IFNAME: interface(s) the bootstrap binds to
   bool nvls_disabled = false;    // NCCL_NVLS_ENABLE=0 is a hard off
+  bool check_pointers = false;   // NCCL_CHECK_POINTERS=1: every call asks the driver where its buffers live
 
   // Purlin's own.
   DatapathChoice datapath = DatapathChoice::automatic;  // PURLIN_DATAPATH=sm|host|auto

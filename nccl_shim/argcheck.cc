@@ -85,8 +85,9 @@ ncclResult_t check_coll_args(const CollCheck& c, DataType* type, ReduceOp* op) {
       return fail(comm, ncclInvalidArgument, fmt::format("{}: sendbuff is NULL with count {}", c.fn, c.count));
     if (c.recv_needed && c.recv == nullptr)
       return fail(comm, ncclInvalidArgument, fmt::format("{}: recvbuff is NULL with count {}", c.fn, c.count));
-    // Memory of another GPU: NCCL checks it only under NCCL_CHECK_POINTERS=1; its kernels then fault.
-    if (comm->device >= 0) {
+    // Memory of another GPU: checked, as NCCL does, only under NCCL_CHECK_POINTERS=1 (a driver query
+    // per buffer and call); otherwise the kernels fault on it.
+    if (comm->device >= 0 && config().check_pointers) {
       for (auto [what, ptr, needed] : {std::tuple{"sendbuff", c.send, c.send_needed}, std::tuple{"recvbuff", c.recv, c.recv_needed}}) {
         const int d = needed ? cuda_pointer_device(ptr) : -1;
         if (d >= 0 && d != comm->device)

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/config.h"
 #include "core/cuda_probe.h"
 #include "nccl_shim/comm_work.h"
 #include "nccl_shim/group.h"

@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/topology.h"
 #include "core/cuda_probe.h"
+#include "snac/executors/datapaths.h"
 #include "snac/window.h"
 
 namespace purlin::snac {
@@ -106,9 +107,25 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Opti
   if (comm->layout_.hosts() > 1) comm->declined_ = fmt::format("the ranks span {} hosts", comm->layout_.hosts());
   else if (nranks > kMaxRanks)
     comm->declined_ = fmt::format("Purlin serves at most {} ranks on one host (asked for {})", kMaxRanks, nranks);
+  // The most ranks on any one GPU: every rank derives its policy, channel count included, from it,
+  // so that all of them cut a message into the same slices.
+  Site site{options.device, nranks, 1};
+  if (options.device >= 0)
+    for (int r = 0; r < nranks; ++r) {
+      int on_gpu = 0;
+      for (int q = 0; q < nranks; ++q) on_gpu += all[q].gpu == all[r].gpu ? 1 : 0;
+      site.sharing = std::max(site.sharing, on_gpu);
+    }
   if (!comm->declined_.empty()) {
-    // No datapath: the bootstrap and the layout serve the caller's hand-over to NCCL.
-    comm->policy_ = policy_for(DatapathKind::host, nranks, 1, 0);
+    // No datapath: the bootstrap and the layout serve the caller's hand-over to NCCL; the policy of
+    // the datapath host buffers would take still answers ncclGroupSimulateEnd.
+    for (const Datapath* d : datapaths()) {
+      std::string unused;
+      if (d->applies(Site{-1, nranks, 1}, &unused)) {
+        comm->policy_ = d->policy(Site{-1, nranks, 1});
+        break;
+      }
+    }
     PURLIN_TRY(comm->bootstrap_->barrier());
     PURLIN_TRY(comm->start_watching());
     log::info(log::kInit, "comm rank {} nranks {}: no Purlin datapath ({})", rank, nranks, comm->declined_);
@@ -116,31 +133,24 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Opti
     return Status::ok;
   }
 
+  const Datapath* chosen = nullptr;
+  for (const Datapath* d : datapaths()) {
+    std::string why;
+    if (!d->applies(site, &why)) log::info(log::kInit, "comm rank {}: datapath {} does not apply: {}", rank, d->name, why);
+    else if (!chosen) chosen = d;
+  }
+  if (!chosen) return fail(Status::internal_error, "no datapath of this build applies to the communicator");
+  log::info(log::kInit, "comm rank {}: datapath {} (the first that applies, of {})", rank, chosen->name,
+            datapaths().size());
   ExecutorArgs args;
   args.bootstrap = comm->bootstrap_.get();
   args.device = options.device;
   args.timeout_s = config().timeout_s;
-  if (options.device >= 0) {
-    // The most ranks on any one GPU: every rank derives its policy, channel count included, from
-    // it, so that all of them cut a message into the same slices.
-    int sharing = 0;
-    for (int r = 0; r < nranks; ++r) {
-      int on_gpu = 0;
-      for (int q = 0; q < nranks; ++q) on_gpu += all[q].gpu == all[r].gpu ? 1 : 0;
-      sharing = std::max(sharing, on_gpu);
-    }
-    args.one_gpu = sharing == nranks;
-    args.policy = policy_for(DatapathKind::sm, nranks, sharing, gpu_sm_count(options.device),
-                             sm_resident_ctas_per_sm(options.device), gpu_arch(options.device));
-    comm->policy_ = args.policy;
-    PURLIN_TRY(agree_on_policy(*comm->bootstrap_, args.policy));
-    PURLIN_TRY(make_sm_executor(args, &comm->executor_));
-  } else {
-    args.policy = policy_for(DatapathKind::host, nranks, 1, 0);
-    comm->policy_ = args.policy;
-    PURLIN_TRY(agree_on_policy(*comm->bootstrap_, args.policy));
-    PURLIN_TRY(make_host_executor(args, &comm->executor_));
-  }
+  args.one_gpu = options.device >= 0 && site.sharing == nranks;
+  args.policy = chosen->policy(site);
+  comm->policy_ = args.policy;
+  PURLIN_TRY(agree_on_policy(*comm->bootstrap_, args.policy));
+  PURLIN_TRY(chosen->make(args, &comm->executor_));
   PURLIN_TRY(comm->bootstrap_->barrier());
   PURLIN_TRY(comm->start_watching());
   log::info(log::kInit, "comm rank {} nranks {} datapath {} ready", rank, nranks, comm->executor_->datapath());

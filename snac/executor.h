@@ -44,13 +44,4 @@ struct ExecutorArgs {
   bool one_gpu = false;            // every rank of the communicator runs on this rank's GPU
 };
 
-// The host datapath: ranks on one host share memory (memfd descriptors); threads stand in for CTAs.
-Status make_host_executor(const ExecutorArgs& args, std::unique_ptr<Executor>* out);
-// The SM datapath: windows in device memory shared through CUDA IPC, roles run by CTAs.
-// args.policy.workers is the number of channels (CTAs per role).
-Status make_sm_executor(const ExecutorArgs& args, std::unique_ptr<Executor>* out);
-// How many CTAs of the SM datapath's kernels one multiprocessor of `device` holds at once (the least
-// over all collectives); 0 without a GPU datapath.
-int sm_resident_ctas_per_sm(int device);
-
 }  // namespace purlin::snac

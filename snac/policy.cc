@@ -8,73 +8,11 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "snac/executors/datapaths.h"
 
 namespace purlin::snac {
 
-const char* name_of(DatapathKind d) {
-  switch (d) {
-    case DatapathKind::host: return "host";
-    case DatapathKind::sm: return "sm";
-    case DatapathKind::ce: return "ce";
-  }
-  return "?";
-}
-
 namespace {
-
-// Channels when ranks share a GPU: their kernels split its SMs, and copies there are bound by HBM.
-constexpr int kMaxChannels = 8;
-// Channels when each rank has a GPU of its own: bytes cross NVLink, and the bandwidth grows with
-// the CTAs moving them (two H200s, AllReduce of 1 GiB: 18.8 ms with 8 channels, 10.1 with 16,
-// 5.7 with 32; since the Atom keeps more loads in flight, 3.87 ms with 32 and 3.75 with 64, and
-// ReduceScatter 2.21 and 1.79).
-constexpr int kMaxChannelsAlone = 64;
-// The direct forms (snac's plan) on the SM datapath, from purlin-perf sweeps of one bound for all
-// three (64K, 256K, 1M, 4M) over 64 KiB to 4 MiB, bf16, graph timing
-// (perf/results/2026-11-30-direct-bounds/). Broadcast direct was faster at every size up to 4 MiB
-// with 2, 4 and 8 ranks on one H200 and with one rank on each of two: 8 ranks at 4 MiB 48.2 us
-// against 91.2. AllReduce and Reduce direct were faster up to 4 MiB with 2 ranks (two H200s,
-// AllReduce of 4 MiB: 31.3 us against 51.2), slower from 256 KiB with 4 and 8.
-constexpr std::uint64_t kTwoRankDirectMax = 4ull << 20;
-// Staging of all channels together (both halves) stays within this; fewer, larger windows keep
-// the table's size.
-constexpr std::uint64_t kStagingBudget = 256ull << 20;
-// The latency exchange's boxes on one rank (every channel, phase, parity and producer) stay within
-// this; with many ranks the largest exchanged message shrinks to fit.
-constexpr std::uint64_t kExchangeBudget = 32ull << 20;
-constexpr std::uint64_t kExchangeMaxBytes = 256ull << 10;
-constexpr std::uint64_t kExchangeChannelBytes = 2ull << 10;
-constexpr int kExchangeCtas = 128;
-// Calls of 1 MiB and more keep the generic kernels: with 8 ranks on one H200 the exchange took 91.7,
-// 43.9, 55.4 and 50.9 us for AllReduce, AllGather, ReduceScatter and AlltoAll of 1 MiB where NCCL
-// 2.30.7 took 62.3, 36.3, 36.1 and 26.2 (nccl-compare, bf16, graph;
-// perf/results/2026-12-01-h200-exchange/).
-constexpr std::uint64_t kExchangeCallBytes = 1ull << 20;
-
-struct TableEntry {
-  DatapathKind datapath;
-  const char* name;
-  std::uint64_t staging_half;
-  std::uint64_t chunk_bytes;
-  int slots;
-  std::uint64_t latency_max_bytes;
-  std::uint64_t channel_bytes;
-  std::uint64_t direct_max_bytes;
-  std::uint64_t broadcast_direct_max_bytes;
-  double sim_us_per_op;
-  double sim_gbps;
-};
-
-// Defaults. The host datapath favours few, large chunks: every notification costs a scheduler
-// round trip when ranks outnumber cores. The SM datapath takes a channel per 4 KiB of a call: of
-// 4, 8 and 16 KiB it was the fastest or level at every size from 1 to 256 KiB and every collective
-// on one H200 (2 and 8 ranks) and on two (one rank each), e.g. AllReduce of 256 KiB with 8 ranks
-// 33.3 us against 44.7 with 16 KiB (perf/results/2026-11-30-h200x2-r3/).
-constexpr TableEntry kTable[] = {
-    {DatapathKind::host, "host/default", 4u << 20, 512u << 10, 4, 8u << 10, 0, 8u << 10, 8u << 10, 20.0, 5.0},
-    {DatapathKind::sm, "sm/default", 8u << 20, 256u << 10, 4, 16u << 10, 4u << 10, 64u << 10, 4u << 20, 5.0, 1000.0},
-    {DatapathKind::ce, "ce/default", 8u << 20, 1u << 20, 4, 0, 0, 0, 0, 10.0, 1000.0},
-};
 
 // A field of a policy file's regime: `*` (-1) or a non-negative number, after an optional prefix.
 bool regime_field(const std::string& word, const char* prefix, int* out) {
@@ -202,7 +140,7 @@ std::vector<PolicyEntry> parse_policy_table(const std::string& text, std::vector
     std::string why;
     bool ok = w.size() >= 4;
     if (!ok) why = "expected DATAPATH ARCH SHARING NRANKS KEY=VALUE...";
-    if (ok && w[0] != "sm" && w[0] != "host" && w[0] != "*") {
+    if (ok && w[0] != "*" && !find_datapath(w[0])) {
       ok = false;
       why = fmt::format("unknown datapath '{}'", w[0]);
     }
@@ -230,12 +168,12 @@ std::vector<PolicyEntry> parse_policy_table(const std::string& text, std::vector
   return out;
 }
 
-const PolicyEntry* match_policy(const std::vector<PolicyEntry>& table, DatapathKind datapath, int arch, int sharing,
-                                int nranks) {
+const PolicyEntry* match_policy(const std::vector<PolicyEntry>& table, std::string_view datapath, int arch,
+                                int sharing, int nranks) {
   const PolicyEntry* best = nullptr;
   int best_named = -1;
   for (const PolicyEntry& e : table) {
-    if (e.datapath != "*" && e.datapath != name_of(datapath)) continue;
+    if (e.datapath != "*" && e.datapath != datapath) continue;
     if ((e.arch >= 0 && e.arch != arch) || (e.sharing >= 0 && e.sharing != sharing) ||
         (e.nranks >= 0 && e.nranks != nranks))
       continue;
@@ -248,90 +186,39 @@ const PolicyEntry* match_policy(const std::vector<PolicyEntry>& table, DatapathK
   return best;
 }
 
-Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int ctas_per_sm, int arch) {
-  const TableEntry* e = &kTable[0];
-  for (const auto& entry : kTable)
-    if (entry.datapath == datapath) e = &entry;
-  Policy p;
-  p.name = e->name;
-  p.staging_half = e->staging_half;
-  p.chunk_bytes = e->chunk_bytes;
-  p.slots = e->slots;
-  p.latency_max_bytes = e->latency_max_bytes;
-  p.channel_bytes = e->channel_bytes;
-  p.direct_max_bytes = e->direct_max_bytes;
-  p.broadcast_direct_max_bytes = e->broadcast_direct_max_bytes;
-  // Two ranks reduce directly up to 4 MiB: each then reads both inputs, no more than the composed
-  // form moves between them. With more ranks the direct reduce reads n inputs on every rank and
-  // loses from 256 KiB (one H200, 4 and 8 ranks).
-  if (datapath == DatapathKind::sm && nranks == 2) p.direct_max_bytes = kTwoRankDirectMax;
-  p.sim_us_per_op = e->sim_us_per_op;
-  p.sim_gbps = e->sim_gbps;
+Policy policy_for(const PolicyRecipe& recipe, const Regime& r) {
+  Policy p = recipe.defaults(r);
   // The policy file's entry, then the environment's single entries over it.
   int wanted = 0;
-  if (const PolicyEntry* f = match_policy(file_table(), datapath, arch, sharing, nranks)) {
+  if (const PolicyEntry* f = match_policy(file_table(), recipe.datapath, r.arch, r.sharing, r.nranks)) {
     p.name = fmt::format("{}:{}", config().policy_file, f->line);
     apply(*f, p, &wanted);
   }
-  const Config& c = config();
-  const PolicyEntry env = env_entry(c);
+  const PolicyEntry env = env_entry(config());
   apply(env, p, &wanted);
   p.packets_per_pair = std::max<std::uint64_t>((p.latency_max_bytes + 7) / 8, 1);
   // Every lane of the widest call (a composition of two scattered phases) needs `slots` chunks of
   // at least 256 bytes.
-  const std::uint64_t least = 2ull * static_cast<std::uint64_t>(std::max(nranks, 1)) * p.slots * 256;
+  const std::uint64_t least = least_staging_half(r.nranks, p.slots);
   if (p.staging_half < least) {
     log::info(log::kTune, "staging raised from {} to {} B per half so every lane holds {} chunks", p.staging_half, least,
               p.slots);
     p.staging_half = least;
   }
-  if (datapath == DatapathKind::sm) {
-    // Up to three roles per channel; keep a quarter of the GPU's CTA slots free for the users' own
-    // kernels. Every sharing rank's CTAs must fit at once (they spin on each other), so even an
-    // explicit PURLIN_CHANNELS stays below the residency bound.
-    const int per_sm = ctas_per_sm > 0 ? ctas_per_sm : 1;
-    const int slots = std::max(1, sms * per_sm * 3 / 4);
-    const int resident = std::max(1, sms * per_sm / (3 * std::max(1, sharing)));
-    const int cap = sharing == 1 && nranks > 1 ? kMaxChannelsAlone : kMaxChannels;
-    p.workers = std::clamp(slots / (3 * std::max(1, sharing)), 1, cap);
-    if (wanted) {
-      p.workers = std::clamp(wanted, 1, resident);
-      if (p.workers != wanted)
-        log::warn("{} channels (from {}) would not fit {} ranks' kernels on the GPU at once; using {}", wanted,
-                  c.channels ? "PURLIN_CHANNELS" : "the policy file", sharing, p.workers);
-    }
-  }
-  if (datapath == DatapathKind::sm) {
-    p.exchange_channel_bytes = c.exchange_channel_bytes ? std::max<std::uint64_t>(c.exchange_channel_bytes, 16) : kExchangeChannelBytes;
-    // The channels of all sharing ranks together stay near kExchangeCtas.
-    p.exchange_channels = c.exchange_channels ? c.exchange_channels : std::clamp(kExchangeCtas / std::max(1, sharing), 1, 64);
-    p.exchange_max_bytes = c.exchange_disabled ? 0 : c.exchange_max_bytes ? c.exchange_max_bytes : kExchangeMaxBytes;
-    p.exchange_call_bytes = kExchangeCallBytes;
-    // A box holds one channel's slice of the largest message, as LL packets (16 bytes per 8).
-    const std::uint64_t boxes = static_cast<std::uint64_t>(p.exchange_channels) * 4ull * static_cast<std::uint64_t>(std::max(nranks, 1));
-    const std::uint64_t slice_fit = (kExchangeBudget / boxes / 2) & ~std::uint64_t{15};
-    p.exchange_channel_bytes = std::min(p.exchange_channel_bytes, slice_fit);
-    p.exchange_max_bytes = std::min(p.exchange_max_bytes, slice_fit * static_cast<std::uint64_t>(p.exchange_channels));
-    if (nranks < 2) p.exchange_max_bytes = 0;
-  } else if (datapath == DatapathKind::host) {
-    // One channel; off unless PURLIN_EXCHANGE_MAX_BYTES asks for it.
-    p.exchange_channels = 1;
-    p.exchange_max_bytes = c.exchange_disabled || nranks < 2 ? 0 : c.exchange_max_bytes;
-  }
-  if (datapath == DatapathKind::sm && !c.staging_bytes) {
-    const std::uint64_t fit =
-        (kStagingBudget / (2ull * static_cast<std::uint64_t>(std::max(p.workers, 1)))) & ~((64ull << 10) - 1);
-    p.staging_half = std::max(std::min(p.staging_half, fit), least);
-  }
+  if (recipe.derive) recipe.derive(r, wanted, &p);
   if (sets_anything(env)) p.name += "+env";
   log::info(log::kTune,
             "policy {} for {} ranks ({} on this GPU): staging {} B x2, chunk {} B, {} slots, latency path up to {} B, "
             "{} channels (one per {} B of a call; {} CTAs fit an SM), AllReduce and Reduce direct up to {} B, "
             "Broadcast direct up to {} B, latency exchange up to {} B ({} B per channel, at most {} channels)",
-            p.name, nranks, sharing, p.staging_half, p.chunk_bytes, p.slots, p.latency_max_bytes, p.workers,
-            p.channel_bytes, ctas_per_sm, p.direct_max_bytes, p.broadcast_direct_max_bytes, p.exchange_max_bytes,
+            p.name, r.nranks, r.sharing, p.staging_half, p.chunk_bytes, p.slots, p.latency_max_bytes, p.workers,
+            p.channel_bytes, r.ctas_per_sm, p.direct_max_bytes, p.broadcast_direct_max_bytes, p.exchange_max_bytes,
             p.exchange_channel_bytes, p.exchange_channels);
   return p;
+}
+
+std::uint64_t least_staging_half(int nranks, int slots) {
+  return 2ull * static_cast<std::uint64_t>(std::max(nranks, 1)) * static_cast<std::uint64_t>(std::max(slots, 1)) * 256;
 }
 
 }  // namespace purlin::snac

@@ -15,12 +15,10 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace purlin::snac {
-
-enum class DatapathKind { host, sm, ce };
-const char* name_of(DatapathKind d);
 
 struct Policy {
   std::string name;                    // e.g. "host/default", logged at INFO
@@ -45,16 +43,35 @@ struct Policy {
   double sim_gbps = 0;                 // and bytes (read + written) per second
 };
 
-// The policy for a datapath and rank count, with environment overrides applied. `sharing` ranks run
-// on this rank's GPU (processes or threads) and the GPU has `sms` multiprocessors: the CTAs of all
-// of them must be resident at once, which caps the channels (CTAs per role): a multiprocessor holds
-// `ctas_per_sm` of the datapath's CTAs.
-// `arch` is the GPU's compute capability as 10 * major + minor (0: none).
-Policy policy_for(DatapathKind datapath, int nranks, int sharing, int sms, int ctas_per_sm = 0, int arch = 0);
+// What a datapath's policy depends on: the communicator's size and the GPU it runs on.
+struct Regime {
+  int nranks = 1;
+  int sharing = 1;      // ranks on the most shared GPU (processes or threads)
+  int sms = 0;          // the GPU's multiprocessors (0: none)
+  int ctas_per_sm = 0;  // of the datapath's CTAs, how many one multiprocessor holds at once
+  int arch = 0;         // the GPU's compute capability as 10 * major + minor (0: none)
+};
+
+// How a datapath makes its policy (each datapath's executor file has one): its built-in defaults
+// for a regime, then, after the policy file and the PURLIN_* variables have spoken, what it derives
+// from the result. `channels` is the channel count they asked for (0: none), which the datapath may
+// still bound.
+struct PolicyRecipe {
+  const char* datapath;  // the name policy files use
+  Policy (*defaults)(const Regime& r);
+  void (*derive)(const Regime& r, int channels, Policy* p);
+};
+
+// The policy of a datapath in a regime: defaults, the policy file's entry, the environment, the
+// datapath's derivations. Logged at INFO under TUNE.
+Policy policy_for(const PolicyRecipe& recipe, const Regime& r);
+// The least staging half in which every lane of the widest call (two scattered phases) holds
+// `slots` chunks of 256 bytes.
+std::uint64_t least_staging_half(int nranks, int slots);
 
 // One entry of a policy file: the regime it applies to (-1: any) and what it sets.
 struct PolicyEntry {
-  std::string datapath;  // "sm", "host" or "*"
+  std::string datapath;  // a datapath's name or "*"
   int arch = -1, sharing = -1, nranks = -1;
   std::int64_t staging_bytes = -1, chunk_bytes = -1, latency_max_bytes = -1, channel_bytes = -1,
                direct_max_bytes = -1, broadcast_direct_max_bytes = -1;  // -1: not set; `none` is 0
@@ -64,7 +81,7 @@ struct PolicyEntry {
 // Parses a policy file's text; bad lines are reported in *errors (line: why) and skipped.
 std::vector<PolicyEntry> parse_policy_table(const std::string& text, std::vector<std::string>* errors);
 // The entry that applies (see above), or null.
-const PolicyEntry* match_policy(const std::vector<PolicyEntry>& table, DatapathKind datapath, int arch, int sharing,
-                                int nranks);
+const PolicyEntry* match_policy(const std::vector<PolicyEntry>& table, std::string_view datapath, int arch,
+                                int sharing, int nranks);
 
 }  // namespace purlin::snac

@@ -20,6 +20,7 @@
 #include "core/shm.h"
 #include "snac/dispatch.h"
 #include "snac/executor.h"
+#include "snac/executors/datapaths.h"
 #include "snac/protocol.h"
 #include "snac/protocol/exchange.h"
 
@@ -307,6 +308,50 @@ Status make_host_executor(const ExecutorArgs& args, std::unique_ptr<Executor>* o
   PURLIN_TRY(exec->init(args));
   *out = std::move(exec);
   return Status::ok;
+}
+
+namespace {
+
+// Few, large chunks: every notification costs a scheduler round trip when ranks outnumber cores.
+Policy host_defaults(const Regime&) {
+  Policy p;
+  p.name = "host/default";
+  p.staging_half = 4u << 20;
+  p.chunk_bytes = 512u << 10;
+  p.slots = 4;
+  p.latency_max_bytes = 8u << 10;
+  p.direct_max_bytes = 8u << 10;
+  p.broadcast_direct_max_bytes = 8u << 10;
+  p.sim_us_per_op = 20.0;
+  p.sim_gbps = 5.0;
+  return p;
+}
+
+// One channel; the latency exchange is off unless PURLIN_EXCHANGE_MAX_BYTES asks for it.
+void host_derive(const Regime& r, int, Policy* p) {
+  const Config& c = config();
+  p->exchange_channels = 1;
+  p->exchange_max_bytes = c.exchange_disabled || r.nranks < 2 ? 0 : c.exchange_max_bytes;
+}
+
+bool host_applies(const Site& site, std::string* why) {
+  if (site.device < 0) return true;
+  *why = fmt::format("the communicator runs on CUDA device {}: its buffers are GPU memory", site.device);
+  return false;
+}
+
+Policy host_policy(const Site& site) { return policy_for(host_policy_recipe(), Regime{site.nranks, 1}); }
+
+}  // namespace
+
+const PolicyRecipe& host_policy_recipe() {
+  static const PolicyRecipe recipe{"host", host_defaults, host_derive};
+  return recipe;
+}
+
+const Datapath& host_datapath() {
+  static const Datapath entry{"host", host_applies, host_policy, make_host_executor};
+  return entry;
 }
 
 }  // namespace purlin::snac

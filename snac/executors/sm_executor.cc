@@ -20,7 +20,7 @@
 #include "core/cuda_memory.h"
 #include "core/fd_passing.h"
 #include "core/log.h"
-#include "snac/executor.h"
+#include "snac/executors/datapaths.h"
 #include "snac/executors/sm_exchange.h"
 #include "snac/executors/sm_kernel.h"
 #include "snac/protocol/exchange.h"

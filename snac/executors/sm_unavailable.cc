@@ -1,7 +1,7 @@
 // Builds without the CUDA toolkit have no SM datapath; communicators on a GPU fail with this reason.
 #include <fmt/format.h>
 
-#include "snac/executor.h"
+#include "snac/executors/datapaths.h"
 
 namespace purlin::snac {
 

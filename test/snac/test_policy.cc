@@ -3,10 +3,13 @@
 #include <string>
 #include <vector>
 
+#include "snac/executors/datapaths.h"
 #include "snac/policy.h"
 #include "test/catch.h"
 
-using purlin::snac::DatapathKind;
+using purlin::snac::host_policy_recipe;
+using purlin::snac::Regime;
+using purlin::snac::sm_policy_recipe;
 using purlin::snac::match_policy;
 using purlin::snac::parse_policy_table;
 using purlin::snac::policy_for;
@@ -33,34 +36,34 @@ TEST_CASE("policy tables parse, and the most specific matching entry wins", "[po
   CHECK(table[1].latency_max_bytes == 0);
   CHECK(table[0].chunk_bytes == (1 << 20));
   // sm_90, 8 ranks, 4 per GPU: lines 3 and 5 name three fields each; the later one wins.
-  const PolicyEntry* e = match_policy(table, DatapathKind::sm, 90, 4, 8);
+  const PolicyEntry* e = match_policy(table, "sm", 90, 4, 8);
   REQUIRE(e);
   CHECK(e->line == 5);
   CHECK(e->channels == 5);
   // Two per GPU: line 4 names all four.
-  e = match_policy(table, DatapathKind::sm, 90, 2, 8);
+  e = match_policy(table, "sm", 90, 2, 8);
   REQUIRE(e);
   CHECK(e->slots == 6);
   // Another architecture: only the catch-all.
-  e = match_policy(table, DatapathKind::sm, 100, 2, 8);
+  e = match_policy(table, "sm", 100, 2, 8);
   REQUIRE(e);
   CHECK(e->line == 2);
-  CHECK(match_policy(table, DatapathKind::host, 0, 1, 4) == nullptr);
+  CHECK(match_policy(table, "host", 0, 1, 4) == nullptr);
 }
 
 TEST_CASE("PURLIN_POLICY_FILE overrides the built-in policy, and names the entry", "[policy]") {
-  const auto four = policy_for(DatapathKind::host, 4, 1, 0);
+  const auto four = policy_for(host_policy_recipe(), Regime{4, 1, 0});
   CHECK(four.chunk_bytes == (64u << 10));
   CHECK(four.slots == 4);  // one entry applies: line 3 sets no slots, so the built-in 4 stays
   CHECK(four.latency_max_bytes == 2048);
   CHECK(four.direct_max_bytes == 0);
   CHECK(four.broadcast_direct_max_bytes == (8u << 10));  // Broadcast has a bound of its own
   CHECK(four.name.find("policy_example.txt:3") != std::string::npos);
-  const auto two = policy_for(DatapathKind::host, 2, 1, 0);
+  const auto two = policy_for(host_policy_recipe(), Regime{2, 1, 0});
   CHECK(two.chunk_bytes == (128u << 10));
   CHECK(two.name.find("policy_example.txt:2") != std::string::npos);
   // Line 5 does not parse and line 6's slots=99 is out of range: both skipped.
-  const auto sm = policy_for(DatapathKind::sm, 8, 8, 132, 2, 90);
+  const auto sm = policy_for(sm_policy_recipe(), Regime{8, 8, 132, 2, 90});
   CHECK(sm.workers == 4);
   CHECK(sm.channel_bytes == (32u << 10));
 }
@@ -68,21 +71,21 @@ TEST_CASE("PURLIN_POLICY_FILE overrides the built-in policy, and names the entry
 TEST_CASE("the built-in SM policy caps channels by the ranks sharing a GPU", "[policy]") {
   // 132 multiprocessors of 2 CTAs each, up to three roles per channel, a quarter of the slots kept
   // free: 66 channels would fit one rank per GPU.
-  CHECK(policy_for(DatapathKind::sm, 2, 1, 132, 2, 90).workers == 64);  // a GPU per rank: NVLink wants CTAs
-  CHECK(policy_for(DatapathKind::sm, 2, 2, 132, 2, 90).workers == 8);   // ranks sharing a GPU
-  CHECK(policy_for(DatapathKind::sm, 1, 1, 132, 2, 90).workers == 8);   // one rank alone
-  CHECK(policy_for(DatapathKind::sm, 2, 1, 16, 2, 90).workers == 8);    // a small GPU: what fits
-  CHECK(policy_for(DatapathKind::sm, 2, 1, 132, 2, 90).channel_bytes == (4u << 10));  // a channel per 4 KiB
+  CHECK(policy_for(sm_policy_recipe(), Regime{2, 1, 132, 2, 90}).workers == 64);  // a GPU per rank: NVLink wants CTAs
+  CHECK(policy_for(sm_policy_recipe(), Regime{2, 2, 132, 2, 90}).workers == 8);   // ranks sharing a GPU
+  CHECK(policy_for(sm_policy_recipe(), Regime{1, 1, 132, 2, 90}).workers == 8);   // one rank alone
+  CHECK(policy_for(sm_policy_recipe(), Regime{2, 1, 16, 2, 90}).workers == 8);    // a small GPU: what fits
+  CHECK(policy_for(sm_policy_recipe(), Regime{2, 1, 132, 2, 90}).channel_bytes == (4u << 10));  // a channel per 4 KiB
 }
 
 TEST_CASE("the built-in SM policy bounds the direct forms by collective and rank count", "[policy]") {
-  const auto two = policy_for(DatapathKind::sm, 2, 1, 132, 2, 90);
+  const auto two = policy_for(sm_policy_recipe(), Regime{2, 1, 132, 2, 90});
   CHECK(two.direct_max_bytes == (4u << 20));  // two ranks reduce directly up to 4 MiB
   CHECK(two.broadcast_direct_max_bytes == (4u << 20));
-  const auto four = policy_for(DatapathKind::sm, 4, 4, 132, 2, 90);
+  const auto four = policy_for(sm_policy_recipe(), Regime{4, 4, 132, 2, 90});
   CHECK(four.direct_max_bytes == (64u << 10));
   CHECK(four.broadcast_direct_max_bytes == (4u << 20));
-  const auto host = policy_for(DatapathKind::host, 2, 1, 0);
+  const auto host = policy_for(host_policy_recipe(), Regime{2, 1, 0});
   CHECK(host.direct_max_bytes == (8u << 10));
   CHECK(host.broadcast_direct_max_bytes == (8u << 10));
 }

@@ -1,0 +1,126 @@
+// The SM datapath's entry and policy recipe. Compiled in every build (its policy is tested without a
+// GPU); its executor is sm_executor.cc, or sm_unavailable.cc in builds without the CUDA toolkit.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/config.h"
+#include "core/cuda_probe.h"
+#include "core/log.h"
+#include "snac/executors/datapaths.h"
+
+namespace purlin::snac {
+namespace {
+
+// Channels when ranks share a GPU: their kernels split its SMs, and copies there are bound by HBM.
+constexpr int kMaxChannels = 8;
+// Channels when each rank has a GPU of its own: bytes cross NVLink, and the bandwidth grows with
+// the CTAs moving them (two H200s, AllReduce of 1 GiB: 18.8 ms with 8 channels, 10.1 with 16,
+// 5.7 with 32; since the Atom keeps more loads in flight, 3.87 ms with 32 and 3.75 with 64, and
+// ReduceScatter 2.21 and 1.79).
+constexpr int kMaxChannelsAlone = 64;
+// The direct forms (snac's plan), from purlin-perf sweeps of one bound for all three (64K, 256K,
+// 1M, 4M) over 64 KiB to 4 MiB, bf16, graph timing (perf/results/2026-11-30-direct-bounds/).
+// Broadcast direct was faster at every size up to 4 MiB with 2, 4 and 8 ranks on one H200 and with
+// one rank on each of two: 8 ranks at 4 MiB 48.2 us against 91.2. AllReduce and Reduce direct were
+// faster up to 4 MiB with 2 ranks (two H200s, AllReduce of 4 MiB: 31.3 us against 51.2), slower from
+// 256 KiB with 4 and 8.
+constexpr std::uint64_t kTwoRankDirectMax = 4ull << 20;
+// Staging of all channels together (both halves) stays within this; fewer, larger windows keep
+// the table's size.
+constexpr std::uint64_t kStagingBudget = 256ull << 20;
+// The latency exchange's boxes on one rank (every channel, phase, parity and producer) stay within
+// this; with many ranks the largest exchanged message shrinks to fit.
+constexpr std::uint64_t kExchangeBudget = 32ull << 20;
+constexpr std::uint64_t kExchangeMaxBytes = 256ull << 10;
+constexpr std::uint64_t kExchangeChannelBytes = 2ull << 10;
+constexpr int kExchangeCtas = 128;
+// Calls of 1 MiB and more keep the generic kernels: with 8 ranks on one H200 the exchange took 91.7,
+// 43.9, 55.4 and 50.9 us for AllReduce, AllGather, ReduceScatter and AlltoAll of 1 MiB where NCCL
+// 2.30.7 took 62.3, 36.3, 36.1 and 26.2 (nccl-compare, bf16, graph;
+// perf/results/2026-12-01-h200-exchange/).
+constexpr std::uint64_t kExchangeCallBytes = 1ull << 20;
+
+// A channel per 4 KiB of a call: of 4, 8 and 16 KiB it was the fastest or level at every size from
+// 1 to 256 KiB and every collective on one H200 (2 and 8 ranks) and on two (one rank each), e.g.
+// AllReduce of 256 KiB with 8 ranks 33.3 us against 44.7 with 16 KiB
+// (perf/results/2026-11-30-h200x2-r3/).
+Policy defaults(const Regime& r) {
+  Policy p;
+  p.name = "sm/default";
+  p.staging_half = 8u << 20;
+  p.chunk_bytes = 256u << 10;
+  p.slots = 4;
+  p.latency_max_bytes = 16u << 10;
+  p.channel_bytes = 4u << 10;
+  // Two ranks reduce directly up to 4 MiB: each then reads both inputs, no more than the composed
+  // form moves between them. With more ranks the direct reduce reads n inputs on every rank and
+  // loses from 256 KiB (one H200, 4 and 8 ranks).
+  p.direct_max_bytes = r.nranks == 2 ? kTwoRankDirectMax : 64u << 10;
+  p.broadcast_direct_max_bytes = 4u << 20;
+  p.sim_us_per_op = 5.0;
+  p.sim_gbps = 1000.0;
+  return p;
+}
+
+void derive(const Regime& r, int wanted, Policy* p) {
+  const Config& c = config();
+  // Up to three roles per channel; keep a quarter of the GPU's CTA slots free for the users' own
+  // kernels. Every sharing rank's CTAs must fit at once (they spin on each other), so even an
+  // explicit PURLIN_CHANNELS stays below the residency bound.
+  const int sharing = std::max(1, r.sharing);
+  const int per_sm = r.ctas_per_sm > 0 ? r.ctas_per_sm : 1;
+  const int slots = std::max(1, r.sms * per_sm * 3 / 4);
+  const int resident = std::max(1, r.sms * per_sm / (3 * sharing));
+  const int cap = sharing == 1 && r.nranks > 1 ? kMaxChannelsAlone : kMaxChannels;
+  p->workers = std::clamp(slots / (3 * sharing), 1, cap);
+  if (wanted) {
+    p->workers = std::clamp(wanted, 1, resident);
+    if (p->workers != wanted)
+      log::warn("{} channels (from {}) would not fit {} ranks' kernels on the GPU at once; using {}", wanted,
+                c.channels ? "PURLIN_CHANNELS" : "the policy file", sharing, p->workers);
+  }
+  p->exchange_channel_bytes =
+      c.exchange_channel_bytes ? std::max<std::uint64_t>(c.exchange_channel_bytes, 16) : kExchangeChannelBytes;
+  // The channels of all sharing ranks together stay near kExchangeCtas.
+  p->exchange_channels = c.exchange_channels ? c.exchange_channels : std::clamp(kExchangeCtas / sharing, 1, 64);
+  p->exchange_max_bytes = c.exchange_disabled ? 0 : c.exchange_max_bytes ? c.exchange_max_bytes : kExchangeMaxBytes;
+  p->exchange_call_bytes = kExchangeCallBytes;
+  // A box holds one channel's slice of the largest message, as LL packets (16 bytes per 8).
+  const std::uint64_t boxes =
+      static_cast<std::uint64_t>(p->exchange_channels) * 4ull * static_cast<std::uint64_t>(std::max(r.nranks, 1));
+  const std::uint64_t slice_fit = (kExchangeBudget / boxes / 2) & ~std::uint64_t{15};
+  p->exchange_channel_bytes = std::min(p->exchange_channel_bytes, slice_fit);
+  p->exchange_max_bytes = std::min(p->exchange_max_bytes, slice_fit * static_cast<std::uint64_t>(p->exchange_channels));
+  if (r.nranks < 2) p->exchange_max_bytes = 0;
+  if (!c.staging_bytes) {
+    const std::uint64_t fit =
+        (kStagingBudget / (2ull * static_cast<std::uint64_t>(std::max(p->workers, 1)))) & ~((64ull << 10) - 1);
+    p->staging_half = std::max(std::min(p->staging_half, fit), least_staging_half(r.nranks, p->slots));
+  }
+}
+
+bool applies(const Site& site, std::string* why) {
+  if (site.device >= 0) return true;
+  *why = "the communicator has no CUDA device (host buffers)";
+  return false;
+}
+
+Policy policy(const Site& site) {
+  return policy_for(sm_policy_recipe(), Regime{site.nranks, site.sharing, gpu_sm_count(site.device),
+                                               sm_resident_ctas_per_sm(site.device), gpu_arch(site.device)});
+}
+
+}  // namespace
+
+const PolicyRecipe& sm_policy_recipe() {
+  static const PolicyRecipe recipe{"sm", defaults, derive};
+  return recipe;
+}
+
+const Datapath& sm_datapath() {
+  static const Datapath entry{"sm", applies, policy, make_sm_executor};
+  return entry;
+}
+
+}  // namespace purlin::snac

@@ -25,6 +25,8 @@
 #include <string>
 #include <type_traits>
 
+#include "test/common/rng.h"
+
 namespace e2e {
 
 // ---- Narrow floating formats ---------------------------------------------------------------------
@@ -328,11 +330,7 @@ A acc_div(A a, int n) {
 
 // ---- Seeded inputs -------------------------------------------------------------------------------
 
-inline std::uint64_t mix64(std::uint64_t z) {  // splitmix64's finaliser
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+inline std::uint64_t mix64(std::uint64_t z) { return rng::finalise(z); }
 
 inline std::uint64_t hash_string(const std::string& s) {  // FNV-1a, then mixed
   std::uint64_t h = 0xCBF29CE484222325ull;

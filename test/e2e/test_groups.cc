@@ -5,7 +5,7 @@
 //   - send/receive patterns: ring in both directions, all pairs (self included), blocking pairs
 //     outside any group;
 //   - chains of separate Send/Recv calls that complete only because small sends are buffered
-//     (test/e2e/chains.h): the README's former limitation and random chains;
+//     (test/common/chains.h): the README's former limitation and random chains;
 //   - ncclCommSplit by color rank % 2 and key -rank with one rank NCCL_SPLIT_NOCOLOR, and a
 //     collective on each part; two splits of one parent in one group (each rank's first makes
 //     one communicator, its second another, whatever order their work comes to); communicators
@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "buffers.h"
-#include "chains.h"
 #include "harness.h"
 #include "plans.h"
 #include "reference.h"
+#include "test/common/chains.h"
 #include "test/common/loopback.h"
 
 namespace e2e {
@@ -258,7 +258,7 @@ void blocking_pairs(Ctx& cx, ncclDataType_t dt, std::size_t count, const std::st
   }
 }
 
-// A chain of separate, blocking Send/Recv calls (test/e2e/chains.h) as this rank's part of it: every
+// A chain of separate, blocking Send/Recv calls (test/common/chains.h) as this rank's part of it: every
 // message carries its own content, every receive buffer starts as poison, and each is checked after
 // the whole chain (a send's buffer is left alone until then).
 void run_chain(Ctx& cx, const chains::Chain& chain) {

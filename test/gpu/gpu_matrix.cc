@@ -5,10 +5,12 @@
 // host datapath's own arithmetic (scale_host, reduce_host), so a pass means bit-identical to the host
 // datapath. PreMulSum gives every rank a scalar of its own: host-immediate, or in device memory
 // (ncclScalarDevice), rewritten before every replay of a captured graph, which must read it anew.
+// Then chains of separate Send/Recv calls that complete only because small sends are buffered
+// (test/common/chains.h), eager and captured.
 //
 // Usage: test_gpu_matrix [--ranks N] [--threads] [--graph] [--quick] [--filter NAME] [--gpus G]
 // Rank r runs on device r % G; G defaults to 1 (every rank on device 0), 0 means every visible one.
-// --filter NAME runs one collective (AllReduce, Broadcast, ...). Prints "N passed, N failed" (or a
+// --filter NAME runs one collective (AllReduce, Broadcast, ...) or the chains (Chain). Prints "N passed, N failed" (or a
 // skip line when no GPU is usable) and exits non-zero on failure, on an unknown argument, on a
 // filter that names no collective and when no case ran.
 #include <cuda_runtime.h>
@@ -30,7 +32,9 @@
 #include "atom/host/reduce_host.h"
 #include "core/numeric.h"
 #include "core/types.h"
+#include "test/common/chains.h"
 #include "test/common/loopback.h"
+#include "test/common/rng.h"
 
 namespace {
 
@@ -68,12 +72,7 @@ struct Options {
   int gpus = 1;
 };
 
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+std::uint64_t mix(std::uint64_t x) { return rng::splitmix(x); }
 
 // Random sign and mantissa, magnitude 2^-24 to 2 (fp16's smallest subnormal to 2, so that 8 ranks'
 // products stay finite).
@@ -267,6 +266,7 @@ struct Rank {
   char* other = nullptr;
   char* scalar = nullptr;  // a PreMulSum scalar in device memory (8 bytes)
   std::size_t capacity = 0;
+  char* chain = nullptr;   // the messages of the Send/Recv chains
 };
 
 ncclResult_t issue(Rank& R, const Case& c, void* send, void* recv, ncclRedOp_t op) {
@@ -439,6 +439,99 @@ std::vector<Case> cases(const Options& o, int n) {
   return out;
 }
 
+// ---- Chains of separate Send/Recv calls (test/common/chains.h) ----------------------------------
+
+// The chain of README's former limitation (4 ranks or more) and random chains that complete only
+// because small sends are buffered; the same on every rank.
+std::vector<chains::Chain> chain_set(int n) {
+  std::vector<chains::Chain> out;
+  if (n >= 4) out.push_back(chains::readme_chain(n));
+  for (std::uint64_t seed = 1, found = 0; n >= 2 && found < 3 && seed < 1000; ++seed) {
+    chains::Chain c = chains::random_chain(seed, n);
+    if (!chains::needs_buffering(c)) continue;
+    out.push_back(std::move(c));
+    ++found;
+  }
+  return out;
+}
+
+// Where each of this rank's messages of a chain lives in R.chain, and the bytes they take.
+std::size_t chain_layout(const chains::Chain& c, int me, std::vector<std::size_t>* at) {
+  std::size_t used = 0;
+  if (me < static_cast<int>(c.size()))
+    for (const chains::P2p& op : c[static_cast<std::size_t>(me)]) {
+      if (at) at->push_back(used);
+      used += (op.count * 4 + 255) / 256 * 256;
+    }
+  return used;
+}
+
+bool run_chains(const Options& o) { return o.filter.empty() || o.filter == "Chain"; }
+
+// Every call of the chain on the rank's stream, eager or captured into one graph, then every
+// received message compared with its sender's content.
+void run_chain(Rank& R, const chains::Chain& chain, std::size_t index, bool graph) {
+  std::vector<std::size_t> at;
+  const std::size_t used = chain_layout(chain, R.me, &at);
+  if (used == 0) return;
+  const auto& ops = chain[static_cast<std::size_t>(R.me)];
+  CUDA_OK(cudaMemsetAsync(R.chain, 0xA5, used, R.stream));
+  std::vector<std::vector<std::uint32_t>> content(ops.size());
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    if (!ops[k].send) continue;
+    content[k].resize(ops[k].count);
+    for (std::size_t i = 0; i < ops[k].count; ++i) content[k][i] = chains::element(ops[k].id, i);
+    CUDA_OK(cudaMemcpyAsync(R.chain + at[k], content[k].data(), ops[k].count * 4, cudaMemcpyHostToDevice, R.stream));
+  }
+  auto issue_all = [&]() -> ncclResult_t {
+    for (std::size_t k = 0; k < ops.size(); ++k) {
+      const chains::P2p& op = ops[k];
+      const ncclResult_t e = op.send ? ncclSend(R.chain + at[k], op.count, ncclInt32, op.peer, R.comm, R.stream)
+                                     : ncclRecv(R.chain + at[k], op.count, ncclInt32, op.peer, R.comm, R.stream);
+      if (e != ncclSuccess) return e;
+    }
+    return ncclSuccess;
+  };
+  ncclResult_t e = ncclSuccess;
+  if (graph) {
+    cudaGraph_t g;
+    CUDA_OK(cudaStreamBeginCapture(R.stream, cudaStreamCaptureModeThreadLocal));
+    e = issue_all();
+    CUDA_OK(cudaStreamEndCapture(R.stream, &g));
+    if (e == ncclSuccess) {
+      cudaGraphExec_t exec;
+      CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
+      CUDA_OK(cudaGraphLaunch(exec, R.stream));
+      CUDA_OK(cudaStreamSynchronize(R.stream));
+      CUDA_OK(cudaGraphExecDestroy(exec));
+    }
+    CUDA_OK(cudaGraphDestroy(g));
+  } else {
+    e = issue_all();
+  }
+  CUDA_OK(cudaStreamSynchronize(R.stream));
+  if (e != ncclSuccess) {
+    std::printf("FAIL rank %d/%d Chain %zu %s: %s (%s)\n", R.me, R.n, index, graph ? "graph" : "eager",
+                ncclGetErrorString(e), ncclGetLastError(R.comm));
+    R.failed++;
+    return;
+  }
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    if (ops[k].send) continue;
+    std::vector<std::uint32_t> got(ops[k].count);
+    CUDA_OK(cudaMemcpy(got.data(), R.chain + at[k], ops[k].count * 4, cudaMemcpyDeviceToHost));
+    for (std::size_t i = 0; i < got.size(); ++i)
+      if (got[i] != chains::element(ops[k].id, i)) {
+        std::printf("FAIL rank %d/%d Chain %zu %s: message %u from %d, element %zu is %08x, want %08x\n", R.me, R.n,
+                    index, graph ? "graph" : "eager", ops[k].id, ops[k].peer, i, got[i],
+                    chains::element(ops[k].id, i));
+        R.failed++;
+        return;
+      }
+  }
+  R.passed++;
+}
+
 void allocate(Rank& R, const Options& o) {
   std::vector<Case> all = cases(o, R.n);
   std::size_t most = 0;
@@ -451,6 +544,10 @@ void allocate(Rank& R, const Options& o) {
   CUDA_OK(cudaMalloc(&R.buf, most));
   CUDA_OK(cudaMalloc(&R.other, most));
   CUDA_OK(cudaMalloc(&R.scalar, 8));
+  std::size_t chain_most = 256;
+  if (run_chains(o))
+    for (const chains::Chain& c : chain_set(R.n)) chain_most = std::max(chain_most, chain_layout(c, R.me, nullptr));
+  CUDA_OK(cudaMalloc(&R.chain, chain_most));
 }
 
 void run_rank(Rank& R, const Options& o) {
@@ -461,6 +558,13 @@ void run_rank(Rank& R, const Options& o) {
     run_case(R, c, false, seed);
     if (o.graph) run_case(R, c, true, seed + 1000);
     seed += 7919;
+  }
+  if (run_chains(o)) {
+    const std::vector<chains::Chain> set = chain_set(R.n);
+    for (std::size_t i = 0; i < set.size(); ++i) {
+      run_chain(R, set[i], i, false);
+      if (o.graph) run_chain(R, set[i], i, true);
+    }
   }
   CUDA_OK(cudaStreamSynchronize(R.stream));
 }
@@ -490,11 +594,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (cases(o, o.ranks).empty()) {
+  if (cases(o, o.ranks).empty() && o.filter != "Chain") {
     std::printf("FAIL --filter %s names no collective (", o.filter.c_str());
     for (int c = 0; c <= static_cast<int>(Coll::all_to_all_v); ++c)
       std::printf("%s%s", c ? ", " : "", coll_name(static_cast<Coll>(c)));
-    std::printf(")\n0 passed, 1 failed\n");
+    std::printf(", Chain)\n0 passed, 1 failed\n");
     return 1;
   }
   // Only ranks touch CUDA: a process that initialised CUDA cannot hand it to the children it forks.

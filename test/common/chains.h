@@ -1,4 +1,5 @@
 // Chains of separate Send/Recv calls (no group) that NCCL completes, and a model that says which do.
+// Shared by the end-to-end tests (host datapath) and the GPU matrix.
 //
 // A chain gives every rank its list of calls. NCCL completes a chain when each send either fits the
 // buffers between the pair (a small send finishes before its receive is posted) or meets its
@@ -16,9 +17,9 @@
 #include <utility>
 #include <vector>
 
-#include "reference.h"
+#include "test/common/rng.h"
 
-namespace e2e::chains {
+namespace chains {
 
 struct P2p {
   bool send;
@@ -90,7 +91,7 @@ inline Chain readme_chain(int nranks) {
 // ring holds: it meets its receive).
 inline Chain random_chain(std::uint64_t seed, int nranks) {
   std::uint64_t state = seed;
-  auto next = [&] { return mix64(state += 0x9e3779b97f4a7c15ull); };
+  auto next = [&] { return rng::splitmix(state++); };
   Chain c(static_cast<std::size_t>(nranks));
   if (nranks < 2) return c;
   constexpr std::size_t sizes[] = {300, (std::size_t{64} << 10) / 4, (std::size_t{8} << 20) / 4};
@@ -116,13 +117,13 @@ inline Chain random_chain(std::uint64_t seed, int nranks) {
   return c;
 }
 
-// Whether a chain completes only thanks to buffering (it would not with every send meeting its
-// receive): the chains the generator exists for.
-inline bool needs_buffering(const Chain& chain) { return completes(chain) && !completes(chain, 0); }
+// Whether a chain completes only thanks to buffered staged sends (it would not if only the small
+// latency-path messages, 300 elements, were buffered): the chains the generator exists for.
+inline bool needs_buffering(const Chain& chain) { return completes(chain) && !completes(chain, 300 * 4); }
 
 // Element i of message `id`.
 inline std::uint32_t element(std::uint32_t id, std::size_t i) {
-  return static_cast<std::uint32_t>(mix64(static_cast<std::uint64_t>(id) << 32 | i));
+  return static_cast<std::uint32_t>(rng::finalise(static_cast<std::uint64_t>(id) << 32 | i));
 }
 
-}  // namespace e2e::chains
+}  // namespace chains

@@ -46,6 +46,7 @@
 
 #include <cstdint>
 
+#include "atom/contract.h"
 #include "collectives/declaration.h"
 #include "core/hd.h"
 #include "core/status.h"
@@ -629,6 +630,7 @@ PURLIN_HD bool all_latency(const Context& ctx, const Call& call) {
 // Runs one role of declaration D (plain or composed) for this rank.
 template <class D, class Atom>
 PURLIN_HD Status run_role(Atom& atom, const Context& ctx, const Call& call, Role role) {
+  static_assert(atom::SnacAtom<Atom>, "the protocol's Atom keeps the contract of atom/contract.h");
   const Lanes l = lanes_of<D>(ctx);
   if constexpr (!D::composed) {
     if (role == Role::stage) return stage<D>(atom, ctx, call, l, 0);

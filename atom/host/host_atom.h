@@ -14,6 +14,7 @@
 #include <cstring>
 #include <vector>
 
+#include "atom/contract.h"
 #include "atom/host/reduce_host.h"
 #include "atom/ll_packet.h"
 #include "atom/packet.h"
@@ -249,5 +250,7 @@ class HostAtom {
   ReduceOp op_;
   WaitGuard guard_;
 };
+
+static_assert(SnacAtom<HostAtom> && AtomExchanges<HostAtom>, "the host Atom keeps the contract of atom/contract.h");
 
 }  // namespace purlin::atom

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "atom/contract.h"
 #include "atom/packet.h"
 #include "atom/reduce.h"
 #include "atom/sm/sm_guard.h"
@@ -679,5 +680,7 @@ class SmAtom {
   std::uint64_t start_;
   bool one_gpu_;
 };
+
+static_assert(SnacAtom<SmAtom>, "the SM Atom keeps the contract of atom/contract.h");
 
 }  // namespace purlin::atom

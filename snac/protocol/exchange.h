@@ -35,6 +35,7 @@
 
 #include <cstdint>
 
+#include "atom/contract.h"
 #include "atom/ll_packet.h"
 #include "collectives/declaration.h"
 #include "core/hd.h"
@@ -134,6 +135,7 @@ constexpr bool exchange_declares() {
 // partition of the output (as coll::uniform_shape lays it out), from where the second part sends it.
 template <class D, class Atom>
 PURLIN_HD Status exchange_call(Atom& atom, const ExchangeContext& x, const Call& call) {
+  static_assert(atom::AtomExchanges<Atom>, "the exchange's Atom keeps the contract of atom/contract.h");
   if constexpr (!D::composed) {
     const Part packed = D::output == Layout::packed ? call.out[0] : Part{nullptr, 0};
     return exchange_phase<D>(atom, x, call, 0, packed);

@@ -5,8 +5,6 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
-#include <shared_mutex>
-#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -22,12 +20,6 @@
 
 namespace purlin::shim {
 namespace {
-
-std::shared_mutex g_registry_mutex;
-std::unordered_set<const ncclComm*>& registry() {
-  static auto* set = new std::unordered_set<const ncclComm*>();  // outlives static destructors
-  return *set;
-}
 
 // The parts of ncclConfig_t we honour, read only within the caller's `size` (older headers pass
 // smaller structs).
@@ -307,37 +299,6 @@ ncclResult_t ensure_ready(const char* fn, ncclComm* comm) {
 }
 
 }  // namespace
-
-void register_comm(ncclComm* comm) {
-  static std::uint64_t next_serial = 0;
-  std::unique_lock g(g_registry_mutex);
-  comm->serial = ++next_serial;
-  registry().insert(comm);
-}
-
-void unregister_comm(ncclComm* comm) {
-  std::unique_lock g(g_registry_mutex);
-  comm->magic = 0;
-  registry().erase(comm);
-}
-
-bool is_live(const ncclComm* comm) {
-  std::shared_lock g(g_registry_mutex);
-  return registry().count(comm) != 0 && comm->magic == ncclComm::kMagic;
-}
-
-bool is_live(const ncclComm* comm, std::uint64_t serial) {
-  std::shared_lock g(g_registry_mutex);
-  return registry().count(comm) != 0 && comm->magic == ncclComm::kMagic && comm->serial == serial;
-}
-
-bool acquire_use(ncclComm* comm, std::uint64_t serial) {
-  std::shared_lock g(g_registry_mutex);
-  if (registry().count(comm) == 0 || comm->magic != ncclComm::kMagic || (serial != 0 && comm->serial != serial))
-    return false;
-  comm->users.fetch_add(1, std::memory_order_acq_rel);
-  return true;
-}
 
 }  // namespace purlin::shim
 

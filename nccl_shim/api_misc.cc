@@ -11,23 +11,6 @@
 
 namespace purlin::shim {
 
-ncclResult_t fail(ncclComm* comm, ncclResult_t code, const std::string& message) {
-  purlin::fail(static_cast<Status>(code), message);
-  if (comm && is_live(comm)) {
-    std::lock_guard<std::mutex> g(comm->mutex);
-    comm->last_error = message;
-  }
-  return code;
-}
-
-ncclResult_t propagate(ncclComm* comm, Status s) {
-  if (comm && is_live(comm)) {
-    std::lock_guard<std::mutex> g(comm->mutex);
-    comm->last_error = last_error();
-  }
-  return to_nccl(s);
-}
-
 }  // namespace purlin::shim
 
 using namespace purlin;

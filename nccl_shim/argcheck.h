@@ -7,12 +7,10 @@
 #include <cstddef>
 
 #include "core/types.h"
+#include "nccl_shim/comm_work.h"  // check_comm
 #include "nccl_shim/shim.h"
 
 namespace purlin::shim {
-
-// A communicator that is live, initialised, not revoked and not failed.
-ncclResult_t check_comm(const char* fn, ncclComm_t comm);
 
 struct CollCheck {
   const char* fn;

@@ -71,4 +71,25 @@ void set_failed(ncclComm* comm, ncclResult_t code, const std::string& why) {
   comm->async_error.store(code, std::memory_order_release);
 }
 
+ncclResult_t check_comm(const char* fn, ncclComm_t comm) {
+  if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, fmt::format("{}: comm is NULL", fn));
+  if (!is_live(comm))
+    return fail(nullptr, ncclInvalidArgument,
+                fmt::format("{}: comm {} is not a live communicator (destroyed or corrupted)", fn,
+                            static_cast<const void*>(comm)));
+  // As NCCL: using a communicator whose previous (non-blocking) operation has not settled is an
+  // invalid argument; a failed communicator reports its failure.
+  const ncclResult_t state = comm_state(comm);
+  if (state == ncclInProgress)
+    return fail(comm, ncclInvalidArgument,
+                fmt::format("{}: the communicator's previous operation is still in progress (poll ncclCommGetAsyncError)", fn));
+  if (comm->revoked.load()) return fail(comm, ncclInvalidUsage, fmt::format("{}: comm was revoked", fn));
+  if (state != ncclSuccess)
+    return fail(comm, state,
+                fmt::format("{}: comm is in error state ({}): {}; abort and re-create it", fn,
+                            ncclGetErrorString(state), failure_reason(comm)));
+  if (comm->finalized.load()) return fail(comm, ncclInvalidUsage, fmt::format("{}: comm was finalized", fn));
+  return ncclSuccess;
+}
+
 }  // namespace purlin::shim

@@ -62,4 +62,8 @@ std::string failure_reason(const ncclComm* comm);
 // and ncclCommDestroy report it.
 void set_failed(ncclComm* comm, ncclResult_t code, const std::string& why);
 
+// Whether `comm` may take a call of `fn`: not NULL, live, settled, not revoked, failed or finalized.
+// Otherwise records why and returns NCCL's code for it.
+ncclResult_t check_comm(const char* fn, ncclComm_t comm);
+
 }  // namespace purlin::shim

@@ -11,7 +11,6 @@
 #include <fmt/format.h>
 
 #include "core/log.h"
-#include "nccl_shim/argcheck.h"
 #include "nccl_shim/comm_work.h"
 #include "nccl_shim/fallback.h"
 

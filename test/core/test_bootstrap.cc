@@ -124,7 +124,7 @@ void raw_send(int fd, const void* data, std::size_t bytes) {
   (void)::send(fd, data, bytes, MSG_NOSIGNAL);
 }
 
-// The root hello as bootstrap.cc lays it out: magic, secret, kind ("ROOT"), rank, nranks,
+// The root hello as core/bootstrap/wire.h lays it out: magic, secret, kind ("ROOT"), rank, nranks,
 // address length, then the address.
 std::vector<std::uint8_t> root_hello(std::uint64_t secret, std::uint32_t rank, std::uint32_t nranks,
                                      std::uint32_t addr_len_field, std::size_t addr_bytes_sent) {

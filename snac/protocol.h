@@ -145,8 +145,8 @@ PURLIN_HD std::uint64_t* slot_ack(const Context& ctx, int phase, int consumer) {
 PURLIN_HD std::uint64_t* ready_at(const Context& ctx, int consumer, int phase, int producer) {
   return ctx.win[consumer].ready + phase * ctx.nranks + producer;
 }
-PURLIN_HD std::uint64_t* lane_base_at(const Context& ctx, int consumer, int phase, int producer) {
-  return ctx.win[consumer].lane_base + phase * ctx.nranks + producer;
+PURLIN_HD std::uint64_t* lane_base_at(const Context& ctx, int consumer, int phase, int producer, std::uint64_t slot) {
+  return ctx.win[consumer].lane_base + (phase * ctx.nranks + producer) * 2 + (slot & 1);
 }
 PURLIN_HD std::uint64_t* ack_at(const Context& ctx, int producer, int phase, int consumer) {
   return ctx.win[producer].ack + phase * ctx.nranks + consumer;
@@ -277,8 +277,9 @@ PURLIN_HD std::uint64_t span_union(std::uint64_t a, std::uint64_t b) {
 // Throughput path: before a message's first chunk, make sure that the region of this call's
 // staging half the message's lane covers has been read by every consumer of an earlier message
 // staged over it (and only those: a chain of calls to different peers never waits on a peer that
-// has yet to receive), and that the consumer has read the lane base of our previous staged message;
-// then publish this one's and note the region for the end of the call.
+// has yet to receive), and that the consumer has read the lane base of the staged message two
+// before this one (the pair's messages take the two lane base slots in turn, so two of them may be
+// unreceived at once); then publish this one's and note the region for the end of the call.
 template <class Atom>
 PURLIN_HD Status open_lane(Atom& atom, const Context& ctx, int phase, int consumer, std::uint64_t offset,
                            std::uint64_t region) {
@@ -294,10 +295,13 @@ PURLIN_HD Status open_lane(Atom& atom, const Context& ctx, int phase, int consum
     value = flag_word(need);
     return true;
   }));
-  if (st.lane_first[phase][consumer])
-    PURLIN_TRY(atom.wait(slot_ack(ctx, phase, consumer), flag_word(st.lane_first[phase][consumer])));
-  atom.store_relaxed(lane_base_at(ctx, consumer, phase, ctx.rank), offset);
+  const std::uint64_t slot = st.staged_tx[phase][consumer] & 1;
+  if (st.slot_first[slot][phase][consumer])
+    PURLIN_TRY(atom.wait(slot_ack(ctx, phase, consumer), flag_word(st.slot_first[slot][phase][consumer])));
+  atom.store_relaxed(lane_base_at(ctx, consumer, phase, ctx.rank, slot), offset);
   atom.put(&st.lane_first[phase][consumer], st.tx[phase][consumer] + 1);
+  atom.put(&st.slot_first[slot][phase][consumer], st.tx[phase][consumer] + 1);
+  atom.put(&st.staged_tx[phase][consumer], st.staged_tx[phase][consumer] + 1);
   atom.put(&st.staged[phase][consumer], span_union(st.staged[phase][consumer], span));
   return Status::ok;
 }
@@ -375,12 +379,22 @@ PURLIN_HD Status stage(Atom& atom, const Context& ctx, const Call& call, const L
 // ---------------------------------------------------------------------------------------------
 // Consume.
 
+// Where producer s's next staged message on `phase` starts in its staging (its first chunk is
+// notified), counted as received.
+template <class Atom>
+PURLIN_HD std::uint64_t take_lane_base(Atom& atom, const Context& ctx, int phase, int s) {
+  std::uint64_t* count = &ctx.state->staged_rx[phase][s];
+  const std::uint64_t base = atom.load_relaxed(lane_base_at(ctx, ctx.rank, phase, s, *count));
+  atom.put(count, *count + 1);
+  return base;
+}
+
 // Pull (or receive) chunk j of producer s's message (tag `tag`) on `phase`; returns the source pointer.
 template <class Atom>
 PURLIN_HD Status acquire_chunk(Atom& atom, const Context& ctx, const Lanes& l, int phase, int s, std::uint64_t j,
                                std::uint64_t q0, std::uint64_t tag, std::uint64_t* base, const char** src) {
   PURLIN_TRY(atom.wait(ready_at(ctx, ctx.rank, phase, s), flag_word(q0 + j + 1, tag)));
-  if (j == 0) *base = atom.load_relaxed(lane_base_at(ctx, ctx.rank, phase, s));
+  if (j == 0) *base = take_lane_base(atom, ctx, phase, s);
   *src = ctx.win[s].staging + *base + (j % l.slots) * l.chunk;
   return Status::ok;
 }
@@ -472,7 +486,7 @@ PURLIN_HD Status consume(Atom& atom, const Context& ctx, const Call& call, const
       nsrc = 0;
       for (int s = 0; s < n; ++s) {
         if (!consumes_from<D>(call, s)) continue;
-        if (j == 0) base[s] = atom.load_relaxed(lane_base_at(ctx, ctx.rank, phase, s));
+        if (j == 0) base[s] = take_lane_base(atom, ctx, phase, s);
         srcs[nsrc++] = ctx.win[s].staging + base[s] + (j % l.slots) * l.chunk;
       }
       char* dst = packed_dst + begin;

@@ -2,7 +2,8 @@
 // the protocol uses to reach it. One window per rank; the layout is identical on every rank.
 //
 //   ready[phase][producer]      epoch counters written by producers (release), polled by the owner
-//   lane_base[phase][producer]  where, in the producer's staging, the current message's lane starts
+//   lane_base[phase][producer][2]  where, in the producer's staging, a staged message's lane starts:
+//                               the pair's staged messages use the two slots in turn
 //   ack[phase][consumer]        counters written by consumers (release), polled by the owner
 //   fault                       a Status stored by a peer that found the ranks' calls mismatched
 //   staging[2][half]            two halves chosen by the producer's call parity
@@ -39,7 +40,7 @@ struct WindowGeometry {
     std::uint64_t counters = sizeof(std::uint64_t) * kMaxPhases * static_cast<std::uint64_t>(nranks);
     g.ready_off = 0;
     g.lane_base_off = align(g.ready_off + counters, 128);
-    g.ack_off = align(g.lane_base_off + counters, 128);
+    g.ack_off = align(g.lane_base_off + 2 * counters, 128);
     g.fault_off = align(g.ack_off + counters, 128);
     g.staging_off = align(g.fault_off + sizeof(std::uint64_t), 4096);
     g.packets_off = align(g.staging_off + 2 * g.staging_half, 4096);
@@ -73,6 +74,11 @@ struct LocalState {
   std::uint64_t tx[kMaxPhases][kMaxRanks];        // messages (chunks or packet batches) sent per pair
   std::uint64_t rx[kMaxPhases][kMaxRanks];        // messages consumed per pair
   std::uint64_t lane_first[kMaxPhases][kMaxRanks];  // first chunk of the last staged message per pair
+  // Staged messages per pair so far, sent (producer) and received (consumer): their parity picks
+  // the lane base slot. slot_first: the first chunk of the last message that used each slot.
+  std::uint64_t staged_tx[kMaxPhases][kMaxRanks];
+  std::uint64_t staged_rx[kMaxPhases][kMaxRanks];
+  std::uint64_t slot_first[2][kMaxPhases][kMaxRanks];
   std::uint64_t staged[kMaxPhases][kMaxRanks];    // region of this call's half staged per pair (span_of)
   // Per half: the ack that the pair's consumer still owes for messages staged in the half, and the
   // region those messages cover. A call staging over the region waits for the ack (open_lane).

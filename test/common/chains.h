@@ -86,6 +86,18 @@ inline Chain readme_chain(int nranks) {
   return c;
 }
 
+// Two buffered staged sends from one rank to one peer, unreceived at once, in consecutive calls (so
+// in the two staging halves): A sends 64 KiB to B twice, then receives 8 MiB from C; B receives a
+// small message from C before both of A's; C sends 8 MiB to A, then the small one to B.
+inline Chain two_buffered_chain(int nranks) {
+  constexpr std::size_t small = (std::size_t{64} << 10) / 4, large = (std::size_t{8} << 20) / 4;
+  Chain c(static_cast<std::size_t>(nranks));
+  c[0] = {{true, 1, small, 0}, {true, 1, small, 1}, {false, 2, large, 2}};
+  c[1] = {{false, 2, 300, 3}, {false, 0, small, 0}, {false, 0, small, 1}};
+  c[2] = {{true, 0, large, 2}, {true, 1, 300, 3}};
+  return c;
+}
+
 // A random chain among `nranks` ranks that the model completes: 4 to 12 messages between distinct
 // ranks, each of 300 elements (the latency path), 64 KiB (staged, buffered) or 8 MiB (more than a
 // ring holds: it meets its receive).

@@ -446,6 +446,7 @@ std::vector<Case> cases(const Options& o, int n) {
 std::vector<chains::Chain> chain_set(int n) {
   std::vector<chains::Chain> out;
   if (n >= 4) out.push_back(chains::readme_chain(n));
+  if (n >= 3) out.push_back(chains::two_buffered_chain(n));
   for (std::uint64_t seed = 1, found = 0; n >= 2 && found < 3 && seed < 1000; ++seed) {
     chains::Chain c = chains::random_chain(seed, n);
     if (!chains::needs_buffering(c)) continue;

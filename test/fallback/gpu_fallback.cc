@@ -31,20 +31,12 @@
 
 #include "reference.h"
 #include "unique_id.h"
+#include "test/common/cuda_ok.h"
 #include "test/common/loopback.h"
 
 namespace {
 
 constexpr int kSkip = 77;
-
-#define CUDA_OK(x)                                                                                \
-  do {                                                                                            \
-    cudaError_t e_ = (x);                                                                         \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "FAIL %s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::_Exit(1);                                                                              \
-    }                                                                                             \
-  } while (0)
 
 struct Rank {
   int rank = 0;

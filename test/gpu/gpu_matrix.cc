@@ -33,6 +33,7 @@
 #include "core/numeric.h"
 #include "core/types.h"
 #include "test/common/chains.h"
+#include "test/common/cuda_ok.h"
 #include "test/common/loopback.h"
 #include "test/common/rng.h"
 
@@ -40,15 +41,6 @@ namespace {
 
 using purlin::DataType;
 using purlin::RedOpKind;
-
-#define CUDA_OK(x)                                                                       \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::_Exit(3);                                                                     \
-    }                                                                                    \
-  } while (0)
 
 // all_to_all_v: one group of a send to and a receive from every rank (itself included), each pair
 // with its own count (see pair_count), so the ranks' calls have different largest messages.

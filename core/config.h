@@ -11,7 +11,7 @@ namespace purlin {
 enum class DatapathChoice { automatic, sm, host };
 
 // The operations PURLIN_FALLBACK can forward to the real NCCL, as bits of Config::fallback_ops. Bit k
-// is the k-th operation of snac::CollKind (the shim checks that the orders agree).
+// is the k-th operation of snac::CollKind (snac/hierarchy.cc asserts it from snac/collective_list.h).
 namespace fallback_op {
 inline constexpr std::uint32_t all_reduce = 1u << 0;
 inline constexpr std::uint32_t broadcast = 1u << 1;

@@ -16,7 +16,7 @@
 namespace purlin::shim {
 namespace {
 
-constexpr int kKinds = static_cast<int>(snac::CollKind::all_to_all_v) + 1;
+constexpr int kKinds = snac::kUserCollKinds;
 
 // What each rank brings to the agreement at init.
 struct Vote {

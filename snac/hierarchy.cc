@@ -13,18 +13,16 @@ namespace {
 // Shards start on 256-byte boundaries, as the shim's composed collectives do.
 constexpr std::uint64_t kShardAlignBytes = 256;
 
-static_assert(fallback_op::all_reduce == 1u << static_cast<int>(CollKind::all_reduce));
-static_assert(fallback_op::broadcast == 1u << static_cast<int>(CollKind::broadcast));
-static_assert(fallback_op::reduce == 1u << static_cast<int>(CollKind::reduce));
-static_assert(fallback_op::all_gather == 1u << static_cast<int>(CollKind::all_gather));
-static_assert(fallback_op::reduce_scatter == 1u << static_cast<int>(CollKind::reduce_scatter));
-static_assert(fallback_op::all_to_all == 1u << static_cast<int>(CollKind::all_to_all));
-static_assert(fallback_op::gather == 1u << static_cast<int>(CollKind::gather));
-static_assert(fallback_op::scatter == 1u << static_cast<int>(CollKind::scatter));
-static_assert(fallback_op::send_recv == 1u << static_cast<int>(CollKind::send_recv));
-static_assert(fallback_op::all_gather_v == 1u << static_cast<int>(CollKind::all_gather_v));
-static_assert(fallback_op::reduce_scatter_v == 1u << static_cast<int>(CollKind::reduce_scatter_v));
-static_assert(fallback_op::all_to_all_v == 1u << static_cast<int>(CollKind::all_to_all_v));
+// core/config.h's PURLIN_FALLBACK bits follow the user kinds of snac/collective_list.h.
+#define PURLIN_FALLBACK_BIT_user(kind) \
+  static_assert(fallback_op::kind == 1u << static_cast<int>(CollKind::kind), "fallback bit of " #kind);
+#define PURLIN_FALLBACK_BIT_plan(kind)
+#define PURLIN_FALLBACK_BIT(kind, decl, name, forward) PURLIN_FALLBACK_BIT_##forward(kind)
+PURLIN_COLLECTIVES(PURLIN_FALLBACK_BIT)
+#undef PURLIN_FALLBACK_BIT
+#undef PURLIN_FALLBACK_BIT_plan
+#undef PURLIN_FALLBACK_BIT_user
+static_assert(fallback_op::all == (1u << kUserCollKinds) - 1, "one fallback bit per user kind");
 
 std::uint64_t total(const std::vector<Part>& parts) {
   std::uint64_t bytes = 0;

@@ -7,27 +7,20 @@
 
 #include "core/types.h"
 #include "snac/call.h"
+#include "snac/collective_list.h"
 
 namespace purlin::snac {
 
-enum class CollKind : int {
-  all_reduce,
-  broadcast,
-  reduce,
-  all_gather,
-  reduce_scatter,
-  all_to_all,
-  gather,
-  scatter,
-  send_recv,
-  all_gather_v,
-  reduce_scatter_v,
-  all_to_all_v,
-  all_reduce_direct,  // an AllReduce planned as one reduce of every rank's whole input (Communicator's plan)
-  broadcast_direct,   // a Broadcast planned as the root's whole buffer sent to every rank
-  reduce_direct,      // a Reduce planned as one reduce of every rank's whole input at the root
-};
-inline constexpr int kCollKinds = static_cast<int>(CollKind::reduce_direct) + 1;
+#define PURLIN_KIND(kind, decl, name, forward) kind,
+enum class CollKind : int { PURLIN_COLLECTIVES(PURLIN_KIND) };
+#undef PURLIN_KIND
+#define PURLIN_COUNT(kind, decl, name, forward) +1
+inline constexpr int kCollKinds = 0 PURLIN_COLLECTIVES(PURLIN_COUNT);
+#undef PURLIN_COUNT
+// The kinds a user may forward to the real NCCL (PURLIN_FALLBACK) come first.
+#define PURLIN_USER(kind, decl, name, forward) +(#forward[0] == 'u' ? 1 : 0)
+inline constexpr int kUserCollKinds = 0 PURLIN_COLLECTIVES(PURLIN_USER);
+#undef PURLIN_USER
 const char* name_of(CollKind k);
 
 struct Op {

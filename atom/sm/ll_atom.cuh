@@ -32,23 +32,6 @@ __device__ __forceinline__ void ld_ll(const LLPacket* p, std::uint64_t* lo, std:
   asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(*lo), "=l"(*hi) : "l"(p) : "memory");
 }
 
-// Word p (8 bytes) of a buffer of `bytes`, zero past its end; any alignment.
-__device__ __forceinline__ std::uint64_t ll_load_word(const char* src, std::uint64_t p, std::uint64_t bytes) {
-  if ((p + 1) * 8 <= bytes && (reinterpret_cast<std::uintptr_t>(src) & 7) == 0)
-    return reinterpret_cast<const std::uint64_t*>(src)[p];
-  std::uint64_t v = 0;
-  for (std::uint64_t b = 0; b < 8 && p * 8 + b < bytes; ++b)
-    v |= static_cast<std::uint64_t>(static_cast<unsigned char>(src[p * 8 + b])) << (8 * b);
-  return v;
-}
-__device__ __forceinline__ void ll_store_word(char* dst, std::uint64_t p, std::uint64_t bytes, std::uint64_t v) {
-  if ((p + 1) * 8 <= bytes && (reinterpret_cast<std::uintptr_t>(dst) & 7) == 0) {
-    reinterpret_cast<std::uint64_t*>(dst)[p] = v;
-    return;
-  }
-  for (std::uint64_t b = 0; b < 8 && p * 8 + b < bytes; ++b) dst[p * 8 + b] = static_cast<char>(v >> (8 * b));
-}
-
 // A producer's own contribution as PreMulSum sends it: every element of the word scaled by the
 // rank's scalar and rounded to the element type (atom/reduce.h's Scaler).
 template <DataType T>
@@ -239,7 +222,7 @@ class LLAtom {
     if (begun) return static_cast<Status>(begun);
     if (copy_.bytes)
       for (std::uint64_t p = threadIdx.x; p * 8 < copy_.bytes; p += blockDim.x)
-        ll_store_word(copy_.dst, p, copy_.bytes, ll_load_word(copy_.src, p, copy_.bytes));
+        store_word(copy_.dst, p, copy_.bytes, load_word(copy_.src, p, copy_.bytes));
     stamp();
     int result = 0;
     if (fold_dst == nullptr) {
@@ -304,7 +287,7 @@ class LLAtom {
           const int m = m0 + k / per;
           const std::uint64_t p = p0 + static_cast<std::uint64_t>(k % per) * stride;
           valid[k] = m < sends_ && p < packets && t_->send_live[m] && p < ll_packets(t_->send[m].bytes);
-          v[k] = valid[k] && t_->send[m].bytes ? ll_load_word(t_->send[m].src, p, t_->send[m].bytes) : 0;
+          v[k] = valid[k] && t_->send[m].bytes ? load_word(t_->send[m].src, p, t_->send[m].bytes) : 0;
         }
         if (first) {
           first = false;
@@ -344,7 +327,7 @@ class LLAtom {
         for (int k = 0; k < w.count; ++k) {
           const LLRecv& r = t_->recv[w.tag[k] / kGroup];
           const std::uint64_t p = p0 + static_cast<std::uint64_t>(w.tag[k] % kGroup) * stride;
-          if (p * 8 < r.bytes) ll_store_word(r.dst, p, r.bytes, w.data[k]);
+          if (p * 8 < r.bytes) store_word(r.dst, p, r.bytes, w.data[k]);
         }
       }
     }
@@ -393,7 +376,7 @@ class LLAtom {
             if (s == 0) acc.first(r, word);
             else acc.next(r, word);
           }
-          if (s1 == n) ll_store_word(dst, p, bytes, acc.template finish<std::uint64_t>(r));
+          if (s1 == n) store_word(dst, p, bytes, acc.template finish<std::uint64_t>(r));
         }
         s0 = s1;
       }
@@ -409,7 +392,7 @@ class LLAtom {
 #pragma unroll
     for (int u = 0; u < kGroup; ++u) {
       const std::uint64_t p = p0 + static_cast<std::uint64_t>(u) * blockDim.x;
-      v[u] = u < per && p < packets ? ll_load_word(self, p, bytes) : 0;
+      v[u] = u < per && p < packets ? load_word(self, p, bytes) : 0;
     }
 #pragma unroll
     for (int u = 0; u < kGroup; ++u) own[u] = v[u];
@@ -453,29 +436,12 @@ class LLAtom {
     return static_cast<Status>(cta_->status);
   }
 
-  // As SmAtom::give_up: abort, a sibling's failure, a peer's fault, or the time budget.
-  __device__ int give_up() const {
-    if (int s = *static_cast<volatile int*>(&cta_->stop)) return s;
-    if (guard_.fault && *guard_.fault) return stop(static_cast<int>(*guard_.fault));
-    const unsigned long long now = global_ns();
-    if (now - begin_ > guard_.timeout_ns) return stop(static_cast<int>(Status::remote_error));
-    const unsigned long long last = *static_cast<volatile unsigned long long*>(&cta_->host_read);
-    if (now - last < SmAtom::kHostReadPeriodNs || atomicCAS(&cta_->host_read, last, now) != last) return 0;
-    if (*guard_.abort) return stop(static_cast<int>(Status::remote_error), false);
-    if (int e = *guard_.error) return stop(e, false);
-    return 0;
-  }
+  // As SmAtom's: cta_give_up and cta_stop (atom/sm/sm_atom.cuh).
+  __device__ int give_up() const { return cta_give_up(guard_, cta_, begin_); }
   __device__ void stamp() {
     if (stamps_ && threadIdx.x == 0) *stamps_++ = global_ns();
   }
-  __device__ int stop(int s, bool report = true) const {
-    atomicCAS(&cta_->stop, 0, s);
-    if (report) {
-      *guard_.error = s;
-      __threadfence_system();
-    }
-    return s;
-  }
+  __device__ int stop(int s, bool report = true) const { return cta_stop(guard_, cta_, s, report); }
 
   DataType type_;
   ReduceOp op_;

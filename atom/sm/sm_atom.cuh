@@ -279,13 +279,58 @@ struct SmCtaWords {
   unsigned long long host_read;   // globaltimer at the CTA's last read of the host-mapped words
 };
 
+// How often, at most, one CTA reads the host-mapped guard words while it waits. A packet wait
+// occupies every thread of the CTA; were each of them to read host memory over PCIe, 64 channels
+// would queue tens of thousands of such reads behind one late peer.
+inline constexpr unsigned long long kHostReadPeriodNs = 20000;
+
+// Ends the CTA's waits with `s`; `report` also tells the sibling CTAs and the host. Every SM Atom's
+// waits end through here and cta_give_up.
+__device__ inline int cta_stop(const SmGuard& guard, SmCtaWords* cta, int s, bool report = true) {
+  atomicCAS(&cta->stop, 0, s);
+  if (report) {
+    *guard.error = s;
+    __threadfence_system();
+  }
+  return s;
+}
+
+// Non-zero (a Status) when a wait that began at `begin` must end: abort requested, a sibling
+// failed, a peer raised the fault word, or time is up. The host-mapped words are read by one thread
+// of the CTA at a time, at most every kHostReadPeriodNs; the others learn the outcome from
+// cta->stop.
+__device__ inline int cta_give_up(const SmGuard& guard, SmCtaWords* cta, unsigned long long begin) {
+  if (int s = *static_cast<volatile int*>(&cta->stop)) return s;
+  if (guard.fault && *guard.fault) return cta_stop(guard, cta, static_cast<int>(*guard.fault));
+  const unsigned long long now = global_ns();
+  if (now - begin > guard.timeout_ns) return cta_stop(guard, cta, static_cast<int>(Status::remote_error));
+  const unsigned long long last = *static_cast<volatile unsigned long long*>(&cta->host_read);
+  if (now - last < kHostReadPeriodNs || atomicCAS(&cta->host_read, last, now) != last) return 0;
+  if (*guard.abort) return cta_stop(guard, cta, static_cast<int>(Status::remote_error), false);
+  if (int e = *guard.error) return cta_stop(guard, cta, e, false);
+  return 0;
+}
+
+// Word p (8 bytes) of a buffer of `bytes`, zero past its end; any alignment.
+__device__ __forceinline__ std::uint64_t load_word(const char* src, std::uint64_t p, std::uint64_t bytes) {
+  if ((p + 1) * 8 <= bytes && (reinterpret_cast<std::uintptr_t>(src) & 7) == 0)
+    return reinterpret_cast<const std::uint64_t*>(src)[p];
+  std::uint64_t v = 0;
+  for (std::uint64_t b = 0; b < 8 && p * 8 + b < bytes; ++b)
+    v |= static_cast<std::uint64_t>(static_cast<unsigned char>(src[p * 8 + b])) << (8 * b);
+  return v;
+}
+// Stores word p of a buffer of `bytes`, the bytes past its end left alone; any alignment.
+__device__ __forceinline__ void store_word(char* dst, std::uint64_t p, std::uint64_t bytes, std::uint64_t v) {
+  if ((p + 1) * 8 <= bytes && (reinterpret_cast<std::uintptr_t>(dst) & 7) == 0) {
+    reinterpret_cast<std::uint64_t*>(dst)[p] = v;
+    return;
+  }
+  for (std::uint64_t b = 0; b < 8 && p * 8 + b < bytes; ++b) dst[p * 8 + b] = static_cast<char>(v >> (8 * b));
+}
+
 class SmAtom {
  public:
-  // How often, at most, one CTA reads the host-mapped guard words while it waits. A packet wait
-  // occupies every thread of the CTA; were each of them to read host memory over PCIe, 64 channels
-  // would queue tens of thousands of such reads behind one late peer.
-  static constexpr unsigned long long kHostReadPeriodNs = 20000;
-
   // `one_gpu`: every peer runs on this GPU, so flags need ordering at GPU scope only (cheaper than
   // system scope, which peers on other GPUs need).
   __device__ SmAtom(DataType type, const ReduceOp& op, SmGuard guard, SmCtaWords* cta, bool one_gpu)
@@ -590,22 +635,6 @@ class SmAtom {
     __syncthreads();
   }
 
-  // Word p of a message (zero-padded past its end).
-  __device__ static std::uint64_t load_word(const char* src, std::uint64_t p, std::uint64_t bytes) {
-    if ((p + 1) * 8 <= bytes && (reinterpret_cast<std::uintptr_t>(src) & 7) == 0)
-      return reinterpret_cast<const std::uint64_t*>(src)[p];
-    std::uint64_t v = 0;
-    for (std::uint64_t b = 0; b < 8 && p * 8 + b < bytes; ++b)
-      v |= static_cast<std::uint64_t>(static_cast<unsigned char>(src[p * 8 + b])) << (8 * b);
-    return v;
-  }
-  __device__ static void store_word(char* dst, std::uint64_t p, std::uint64_t bytes, std::uint64_t v) {
-    if ((p + 1) * 8 <= bytes && (reinterpret_cast<std::uintptr_t>(dst) & 7) == 0) {
-      reinterpret_cast<std::uint64_t*>(dst)[p] = v;
-      return;
-    }
-    for (std::uint64_t b = 0; b < 8 && p * 8 + b < bytes; ++b) dst[p * 8 + b] = static_cast<char>(v >> (8 * b));
-  }
   // 0 once the packet carries flag word q, or the Status that ended the wait. Inlined into every
   // typed fold of pull_reduce, so only the check of a packet that has arrived is inline; waiting
   // happens out of line (two H200 ranks, AllReduce of 1 KiB from a graph: 9.2 us with the whole
@@ -649,29 +678,9 @@ class SmAtom {
     return s;
   }
 
-  // Non-zero (a Status) when the wait must end: abort requested, a sibling failed, a peer raised
-  // the fault word, or time is up. The host-mapped words are read by one thread of the CTA at a
-  // time, at most every kHostReadPeriodNs; the others learn the outcome from cta_->stop.
-  __device__ int give_up() const {
-    if (int s = *static_cast<volatile int*>(&cta_->stop)) return s;
-    if (guard_.fault && *guard_.fault) return stop(static_cast<int>(*guard_.fault));
-    const unsigned long long now = global_ns();
-    if (now - start_ > guard_.timeout_ns) return stop(static_cast<int>(Status::remote_error));
-    const unsigned long long last = *static_cast<volatile unsigned long long*>(&cta_->host_read);
-    if (now - last < kHostReadPeriodNs || atomicCAS(&cta_->host_read, last, now) != last) return 0;
-    if (*guard_.abort) return stop(static_cast<int>(Status::remote_error), false);
-    if (int e = *guard_.error) return stop(e, false);
-    return 0;
-  }
-  // Ends the CTA's waits with `s`; `report` also tells the sibling CTAs and the host.
-  __device__ int stop(int s, bool report = true) const {
-    atomicCAS(&cta_->stop, 0, s);
-    if (report) {
-      *guard_.error = s;
-      __threadfence_system();
-    }
-    return s;
-  }
+  // As cta_give_up and cta_stop, for this Atom's waits.
+  __device__ int give_up() const { return cta_give_up(guard_, cta_, start_); }
+  __device__ int stop(int s, bool report = true) const { return cta_stop(guard_, cta_, s, report); }
 
   DataType type_;
   ReduceOp op_;

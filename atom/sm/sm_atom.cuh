@@ -423,21 +423,6 @@ class SmAtom {
     return s;
   }
 
-  __device__ void push(Packet* dst, const char* src, std::size_t bytes, std::uint64_t q) const {
-    const std::size_t packets = (bytes + 7) / 8;
-    for (std::size_t i = threadIdx.x; i < packets; i += blockDim.x) {
-      std::uint64_t v = 0;
-      if ((i + 1) * 8 <= bytes && (reinterpret_cast<std::uintptr_t>(src) & 7) == 0) {
-        v = reinterpret_cast<const std::uint64_t*>(src)[i];
-      } else {
-        for (std::size_t b = 0; b < 8 && i * 8 + b < bytes; ++b)
-          v |= static_cast<std::uint64_t>(static_cast<unsigned char>(src[i * 8 + b])) << (8 * b);
-      }
-      st_packet(dst + i, v, q);
-    }
-    __syncthreads();
-  }
-
   // ---- batched operations: one call serves every peer, the peers' work spread over the threads ----
   // f(i, word, value) names item i (returns false to skip it); items are independent of each other.
 

@@ -68,23 +68,7 @@ __device__ __forceinline__ void with_exchange_reducer(DataType type, const Reduc
         return f(Reducer<T, RedOpKind::sum>(op), ScaleWord<T>{Scaler<T>(op)});
     }
   };
-  switch (type) {
-#define PURLIN_TYPE_CASE(t) \
-  case DataType::t: return by_op(std::integral_constant<DataType, DataType::t>{});
-    PURLIN_TYPE_CASE(int8)
-    PURLIN_TYPE_CASE(uint8)
-    PURLIN_TYPE_CASE(int32)
-    PURLIN_TYPE_CASE(uint32)
-    PURLIN_TYPE_CASE(int64)
-    PURLIN_TYPE_CASE(uint64)
-    PURLIN_TYPE_CASE(f16)
-    PURLIN_TYPE_CASE(f32)
-    PURLIN_TYPE_CASE(f64)
-    PURLIN_TYPE_CASE(bf16)
-    PURLIN_TYPE_CASE(f8e4m3)
-    PURLIN_TYPE_CASE(f8e5m2)
-#undef PURLIN_TYPE_CASE
-  }
+  with_type(type, by_op);
 }
 
 // The CTA's shared memory for the exchange's message tables (kernel-owned).

@@ -524,12 +524,7 @@ class SmAtom {
   __device__ Status pull_each(int n, F&& f) const {
     __shared__ PacketPull batch[kMaxBatch];
     __shared__ int live[kMaxBatch];
-    __syncthreads();
-    for (int i = threadIdx.x; i < n; i += blockDim.x) live[i] = f(i, batch[i]) ? 1 : 0;
-    __syncthreads();
-    std::uint64_t packets = 0;
-    for (int m = 0; m < n; ++m)
-      if (live[m] && (batch[m].bytes + 7) / 8 > packets) packets = (batch[m].bytes + 7) / 8;
+    const std::uint64_t packets = gather_batch(n, f, batch, live);
     int result = 0;
     for (std::uint64_t p = threadIdx.x; p < packets && result == 0; p += blockDim.x) {
       for (int m = 0; m < n && result == 0; ++m) {
@@ -582,17 +577,25 @@ class SmAtom {
     else st_release_sys(flag, value);
   }
 
-  // push_each (Contribution false) and push_contributions (true).
-  template <bool Contribution, class F>
-  __device__ void push_batch(int n, F& f) const {
-    __shared__ PacketPush batch[kMaxBatch];
-    __shared__ int live[kMaxBatch];
+  // Fills the CTA's batch with the messages f(i, Item&) names (live[i]: named) and returns the
+  // packets of the longest.
+  template <class Item, class F>
+  __device__ static std::uint64_t gather_batch(int n, F& f, Item* batch, int* live) {
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += blockDim.x) live[i] = f(i, batch[i]) ? 1 : 0;
     __syncthreads();
     std::uint64_t packets = 0;
     for (int m = 0; m < n; ++m)
       if (live[m] && (batch[m].bytes + 7) / 8 > packets) packets = (batch[m].bytes + 7) / 8;
+    return packets;
+  }
+
+  // push_each (Contribution false) and push_contributions (true).
+  template <bool Contribution, class F>
+  __device__ void push_batch(int n, F& f) const {
+    __shared__ PacketPush batch[kMaxBatch];
+    __shared__ int live[kMaxBatch];
+    const std::uint64_t packets = gather_batch(n, f, batch, live);
     auto send = [&](auto&& transform) {
       for (std::uint64_t p = threadIdx.x; p < packets; p += blockDim.x) {
         const char* last = nullptr;

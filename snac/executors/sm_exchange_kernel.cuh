@@ -6,6 +6,7 @@
 
 #include "atom/sm/ll_atom.cuh"
 #include "snac/executors/sm_exchange.h"
+#include "snac/executors/sm_launch.cuh"
 #include "snac/protocol/exchange.h"
 
 namespace purlin::snac {
@@ -70,18 +71,8 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 4) exchange_kernel(const 
 
 template <class D, class Fixed>
 cudaError_t launch_exchange(const ExchangeArgs& a, int threads, cudaStream_t stream) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(a.channels));
-  config.blockDim = dim3(static_cast<unsigned>(threads));
-  config.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  if (a.pdl) {
-    config.attrs = &attr;
-    config.numAttrs = 1;
-  }
-  return cudaLaunchKernelEx(&config, exchange_kernel<D, Fixed>, a);
+  return launch_kernel(exchange_kernel<D, Fixed>, dim3(static_cast<unsigned>(a.channels)),
+                       dim3(static_cast<unsigned>(threads)), a.pdl, stream, a);
 }
 
 }  // namespace purlin::snac

@@ -6,6 +6,7 @@
 #include "atom/sm/sm_atom.cuh"
 #include "snac/dispatch.h"
 #include "snac/executors/sm_kernel.h"
+#include "snac/executors/sm_launch.cuh"
 #include "snac/protocol.h"
 
 namespace purlin::snac {
@@ -121,18 +122,8 @@ __global__ void __launch_bounds__(kSmThreads, 2) snac_kernel(const __grid_consta
 
 template <class D>
 cudaError_t launch(const KernelArgs& a, cudaStream_t stream) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(a.channels * role_count<D>()));
-  config.blockDim = dim3(kSmThreads);
-  config.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  if (a.pdl) {
-    config.attrs = &attr;
-    config.numAttrs = 1;
-  }
-  return cudaLaunchKernelEx(&config, snac_kernel<D>, a);
+  return launch_kernel(snac_kernel<D>, dim3(static_cast<unsigned>(a.channels * role_count<D>())), dim3(kSmThreads),
+                       a.pdl, stream, a);
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 //    own staging (half chosen by its call parity) and notifies each consumer with q; consumers pull
 //    from the producer's staging and ack q into the producer's window. Slot j is reused for chunk
 //    j + slots only after every consumer acked chunk j. A later call stages over a region of a half
-//    only after the consumers that were sent messages in that region acked them (open_lane,
+//    only after the consumers that were sent messages in that region acked them (claim_region,
 //    end_call): a staged message that fits its ring lets its call end before the consumer's receive
 //    is posted, as NCCL's buffered sends do, and a chain of calls to other peers never waits on it.
 //
@@ -274,27 +274,32 @@ PURLIN_HD std::uint64_t span_union(std::uint64_t a, std::uint64_t b) {
   return lo | hi << 32;
 }
 
-// Throughput path: before a message's first chunk, make sure that the region of this call's
-// staging half the message's lane covers has been read by every consumer of an earlier message
-// staged over it (and only those: a chain of calls to different peers never waits on a peer that
-// has yet to receive), and that the consumer has read the lane base of the staged message two
-// before this one (the pair's messages take the two lane base slots in turn, so two of them may be
-// unreceived at once); then publish this one's and note the region for the end of the call.
+// Throughput path, before a lane's first chunk: the region of this call's staging half that the
+// lane covers (`span`, span_of) must have been read by every consumer of an earlier message staged
+// over it, and only those: a chain of calls to different peers never waits on a peer that has yet
+// to receive. Once per lane, whatever the number of its consumers.
 template <class Atom>
-PURLIN_HD Status open_lane(Atom& atom, const Context& ctx, int phase, int consumer, std::uint64_t offset,
-                           std::uint64_t region) {
-  LocalState& st = *ctx.state;
+PURLIN_HD Status claim_region(Atom& atom, const Context& ctx, std::uint64_t span) {
+  const LocalState& st = *ctx.state;
   const std::uint64_t half = st.epoch & 1;
-  const std::uint64_t span = span_of(ctx, offset, region);
   const int n = ctx.nranks;
-  PURLIN_TRY(atom.wait_each(kMaxPhases * n, [&](int i, std::uint64_t*& word, std::uint64_t& value) {
+  return atom.wait_each(kMaxPhases * n, [&](int i, std::uint64_t*& word, std::uint64_t& value) {
     const int ph = i / n, d = i % n;
     const std::uint64_t need = st.half_need[half][ph][d];
     if (need == 0 || !spans_overlap(st.half_span[half][ph][d], span)) return false;
     word = slot_ack(ctx, ph, d);
     value = flag_word(need);
     return true;
-  }));
+  });
+}
+
+// Then, per consumer: make sure the consumer has read the lane base of the staged message two
+// before this one (the pair's messages take the two lane base slots in turn, so two of them may be
+// unreceived at once), publish this one's and note the region for the end of the call.
+template <class Atom>
+PURLIN_HD Status open_lane(Atom& atom, const Context& ctx, int phase, int consumer, std::uint64_t offset,
+                           std::uint64_t span) {
+  LocalState& st = *ctx.state;
   const std::uint64_t slot = st.staged_tx[phase][consumer] & 1;
   if (st.slot_first[slot][phase][consumer])
     PURLIN_TRY(atom.wait(slot_ack(ctx, phase, consumer), flag_word(st.slot_first[slot][phase][consumer])));
@@ -351,9 +356,10 @@ PURLIN_HD Status stage(Atom& atom, const Context& ctx, const Call& call, const L
     if (status != Status::ok || o.bytes == 0 || use_latency(ctx, o.bytes)) return;
     std::uint64_t chunks = ceil_div(o.bytes, l.chunk);
     if (chunks > max_chunks) max_chunks = chunks;
-    std::uint64_t offset = lane_offset(ctx, l, phase, o.lane);
+    const std::uint64_t offset = lane_offset(ctx, l, phase, o.lane), span = span_of(ctx, offset, l.region);
+    status = claim_region(atom, ctx, span);
     for_each_consumer<D>(ctx, call, o, [&](int d) {
-      if (status == Status::ok) status = open_lane(atom, ctx, phase, d, offset, l.region);
+      if (status == Status::ok) status = open_lane(atom, ctx, phase, d, offset, span);
     });
   });
   PURLIN_TRY(status);
@@ -415,10 +421,10 @@ struct NextLane {
   Offer offer;
 
   PURLIN_HD Status open(Atom& atom) {
-    Status s = Status::ok;
-    std::uint64_t offset = lane_offset(ctx, l, 1, 0);
+    const std::uint64_t offset = lane_offset(ctx, l, 1, 0), span = span_of(ctx, offset, l.region);
+    Status s = claim_region(atom, ctx, span);
     for_each_consumer<G>(ctx, call, offer, [&](int d) {
-      if (s == Status::ok) s = open_lane(atom, ctx, 1, d, offset, l.region);
+      if (s == Status::ok) s = open_lane(atom, ctx, 1, d, offset, span);
     });
     return s;
   }
@@ -588,7 +594,7 @@ PURLIN_HD void raise_fault(Atom& atom, const Context& ctx, const Window* windows
 
 // After every role of this call has finished on this rank; one thread runs it. The regions this call
 // staged join their half's record of what consumers may still read, which a later call that
-// stages over them waits for (open_lane); records whose consumer has acked everything are dropped,
+// stages over them waits for (claim_region); records whose consumer has acked everything are dropped,
 // so a region stays tied only to the peers that have yet to read it.
 template <class Atom>
 PURLIN_HD void end_call(Atom& atom, const Context& ctx) {
@@ -596,12 +602,14 @@ PURLIN_HD void end_call(Atom& atom, const Context& ctx) {
   const std::uint64_t half = st.epoch & 1;
   for (int ph = 0; ph < kMaxPhases; ++ph)
     for (int d = 0; d < ctx.nranks; ++d) {
-      const std::uint64_t acked = atom::seq_of(atom.load_relaxed(slot_ack(ctx, ph, d)));
-      for (int h = 0; h < 2; ++h)
-        if (st.half_need[h][ph][d] != 0 && acked >= st.half_need[h][ph][d]) {
-          st.half_need[h][ph][d] = 0;
-          st.half_span[h][ph][d] = 0;
-        }
+      if (st.half_need[0][ph][d] != 0 || st.half_need[1][ph][d] != 0) {
+        const std::uint64_t acked = atom::seq_of(atom.load_relaxed(slot_ack(ctx, ph, d)));
+        for (int h = 0; h < 2; ++h)
+          if (st.half_need[h][ph][d] != 0 && acked >= st.half_need[h][ph][d]) {
+            st.half_need[h][ph][d] = 0;
+            st.half_span[h][ph][d] = 0;
+          }
+      }
       if (st.staged[ph][d] != 0) {
         st.half_need[half][ph][d] = st.tx[ph][d];
         st.half_span[half][ph][d] = span_union(st.half_span[half][ph][d], st.staged[ph][d]);

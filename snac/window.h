@@ -81,7 +81,7 @@ struct LocalState {
   std::uint64_t slot_first[2][kMaxPhases][kMaxRanks];
   std::uint64_t staged[kMaxPhases][kMaxRanks];    // region of this call's half staged per pair (span_of)
   // Per half: the ack that the pair's consumer still owes for messages staged in the half, and the
-  // region those messages cover. A call staging over the region waits for the ack (open_lane).
+  // region those messages cover. A call staging over the region waits for the ack (claim_region).
   std::uint64_t half_need[2][kMaxPhases][kMaxRanks];
   std::uint64_t half_span[2][kMaxPhases][kMaxRanks];
   std::uint64_t epoch;                            // calls so far: parity picks the staging half

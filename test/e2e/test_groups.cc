@@ -237,6 +237,35 @@ void all_pairs(Ctx& cx, ncclDataType_t dt, std::size_t count, const std::string&
   }
 }
 
+// Scatter and Gather as nccl-tests' scatter_perf and gather_perf issue them: in one group the root
+// sends a part to every rank (itself included) and every rank receives its part from the root; or
+// every rank sends its part to the root, which receives from every rank.
+template <class T>
+void rooted_p2p(Ctx& cx, ncclDataType_t dt, std::size_t count, int root, bool scatter, const std::string& name) {
+  const int r = cx.r(), n = cx.n();
+  Reporter& report = cx.report();
+  ncclComm_t comm = cx.env.comm;
+  const Content<T> content{Inputs{hash_string(name), false}, n, Op::sum};
+  cx.slab.reset();
+  const auto at = [&](int src, int dst) { return count * static_cast<std::size_t>(src * n + dst); };
+  std::vector<Placed<T>> out, in;
+  std::vector<int> to, from;
+  for (int p = 0; p < n; ++p) {
+    if (scatter ? r == root : p == root) to.push_back(p);
+    if (scatter ? p == root : r == root) from.push_back(p);
+  }
+  for (int p : to) out.emplace_back(cx.slab, RegionSpec{count, {input_at(0, count, r, at(r, p))}, {}}, content, 0);
+  for (int p : from) in.emplace_back(cx.slab, RegionSpec{count, {}, {input_at(0, count, p, at(p, r))}}, content, 1);
+  report.expect(ncclGroupStart(), "ncclGroupStart");
+  for (std::size_t i = 0; i < to.size(); ++i)
+    report.expect(ncclSend(out[i].data, count, dt, to[i], comm, kNoStream), "ncclSend", comm);
+  for (std::size_t i = 0; i < from.size(); ++i)
+    report.expect(ncclRecv(in[i].data, count, dt, from[i], comm, kNoStream), "ncclRecv", comm);
+  if (!report.expect(ncclGroupEnd(), "ncclGroupEnd", comm)) return;
+  for (std::size_t i = 0; i < to.size(); ++i) out[i].check(content, "send to " + std::to_string(to[i]), report);
+  for (std::size_t i = 0; i < from.size(); ++i) in[i].check(content, "receive from " + std::to_string(from[i]), report);
+}
+
 // Outside any group: ranks 2k and 2k+1 exchange a message, the even one sending first. With an odd
 // number of ranks the last rank sits out.
 template <class T>
@@ -483,6 +512,14 @@ void run_all(RankEnv& env) {
             [&]<class T>() { all_pairs<T>(cx, dt, count, "SendRecv/all_pairs" + suffix); });
       typed("SendRecv/blocking_pairs" + suffix, dt,
             [&]<class T>() { blocking_pairs<T>(cx, dt, count, "SendRecv/blocking_pairs" + suffix); });
+    }
+  }
+  for (std::size_t count : {std::size_t{1}, std::size_t{2}, std::size_t{1000}, std::size_t{65537}}) {
+    for (bool scatter : {true, false}) {
+      const std::string name = std::string("SendRecv/") + (scatter ? "scatter" : "gather") + "/count=" + std::to_string(count);
+      typed(name, ncclInt8, [&]<class T>() { rooted_p2p<T>(cx, ncclInt8, count, 0, scatter, name); });
+      typed(name + "/root=last", ncclFloat32,
+            [&]<class T>() { rooted_p2p<T>(cx, ncclFloat32, count, cx.n() - 1, scatter, name + "/root=last"); });
     }
   }
   if (cx.n() >= 4) ran += run_case(env.report, "Chain/readme", [&] { run_chain(cx, chains::readme_chain(cx.n())); });

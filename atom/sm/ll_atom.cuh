@@ -193,6 +193,11 @@ class LLAtom {
       t_->recvs = live;
     }
     __syncthreads();
+    // The one-word form is compiled into the kernels of one type and operator and of copies; the
+    // kernels for any type and operator keep the batched form (one per pair would multiply their
+    // build, which is already the longest).
+    if constexpr (!(Reduces && std::is_void_v<Fixed>))
+      if (one_word(fold_dst, fold_bytes)) return run_one_word(fold_dst, fold_bytes, me, self);
     // The first phase starts inside push_words: its first loads are in flight while the epoch is
     // checked.
     int begun = 0;
@@ -222,6 +227,135 @@ class LLAtom {
     }
     stamp();
     return agree(result);
+  }
+
+  // The one-word form of a phase: every message has at most a word per thread (the launch gives a
+  // thread per word of a channel's slice, snac/executors/sm_executor.cc) and at most kLLGroup
+  // messages are live in each table. Thread p then loads word p of every message it pushes and of
+  // its own part (the fold's `self`, or the own copy's source) at once, pushes, stores the own copy
+  // from that same register, awaits word p of every message it takes at once, and folds or stores
+  // them: one memory latency for the loads, one for the packets, no second read of its own input.
+  __device__ bool one_word(const char* fold_dst, std::uint64_t fold_bytes) const {
+    const std::uint64_t threads = blockDim.x;
+    // A copy's kernel with more than four slots keeps the batched form: one H200, 8 ranks, AllGather
+    // and AlltoAll of 1-256 KiB took 2-20% longer per call in the one-word form.
+    if constexpr (!Reduces)
+      if (sends_ > 4 || recvs_ > 4) return false;
+    return sends_ <= kGroup && recvs_ <= kGroup && t_->send_packets <= threads && t_->recv_packets <= threads &&
+           (copy_.bytes + 7) / 8 <= threads && (fold_dst == nullptr || ll_packets(fold_bytes) <= threads);
+  }
+
+  // Only where the Reducer is fixed at compile time (or there is none: a copy's kernel).
+  __device__ Status run_one_word(char* fold_dst, std::uint64_t fold_bytes, int me, const char* self) {
+    int result = 0;
+    if (fold_dst == nullptr) {
+      result = one_word_by_slots(NoFold{}, SameWord{}, nullptr, 0, me, nullptr);
+    } else if constexpr (Reduces && !std::is_void_v<Fixed>) {
+      result = one_word_by_slots(Fixed(op_), SameWord{}, fold_dst, fold_bytes, me, self);
+    } else {
+      result = static_cast<int>(Status::internal_error);  // a copy's kernel has no fold
+    }
+    // ll_restart is no Status: the kernel builds the tables again (uniform: begin() agreed on it).
+    if (result == ll_restart) return static_cast<Status>(result);
+    return agree(result);
+  }
+
+  struct NoFold {};
+
+  // The one-word form compiled for as many message slots as the tables have (2, 4 or 8): each
+  // slot's words live in registers, and a form for fewer slots needs fewer of them.
+  template <class R, class Scale>
+  __device__ int one_word_by_slots(const R& r, const Scale& scale, char* dst, std::uint64_t bytes, int me, const char* self) {
+    const int slots = sends_ > recvs_ ? sends_ : recvs_;
+    if (slots <= 2) return one_word_phase<2>(r, scale, dst, bytes, me, self);
+    if (slots <= 4) return one_word_phase<4>(r, scale, dst, bytes, me, self);
+    return one_word_phase<kGroup>(r, scale, dst, bytes, me, self);
+  }
+
+  // One phase in the one-word form for thread p = threadIdx.x. R: the fold's Reducer (NoFold for a
+  // receive). Returns 0, ll_restart (from the first phase's start) or a Status.
+  template <int M, class R, class Scale>
+  __device__ int one_word_phase(const R& r, const Scale& scale, char* dst, std::uint64_t bytes, int me, const char* self) {
+    static_assert(M <= kGroup && M <= 32, "the one-word form's slots");
+    const std::uint64_t p = threadIdx.x;
+    const bool first = !started_;
+#if __CUDA_ARCH__ >= 900
+    if (first && start_.pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    // Every load of this thread in flight together: word p of each push and of its own part.
+    std::uint64_t v[M];
+#pragma unroll
+    for (int d = 0; d < M; ++d) {
+      v[d] = 0;
+      if (d < sends_ && t_->send_live[d]) {
+        const LLSend& m = t_->send[d];
+        if (m.bytes && p < ll_packets(m.bytes)) v[d] = load_word(m.src, p, m.bytes);
+      }
+    }
+    const char* own_src = dst ? self : copy_.src;
+    const std::uint64_t own_bytes = dst ? bytes : copy_.bytes;
+    const std::uint64_t own = own_src && p * 8 < own_bytes ? load_word(own_src, p, own_bytes) : 0;
+    if (first)
+      if (int b = begin()) return b;
+#pragma unroll
+    for (int d = 0; d < M; ++d) {
+      if (d >= sends_ || !t_->send_live[d]) continue;
+      const LLSend& m = t_->send[d];
+      if (p >= ll_packets(m.bytes)) continue;
+      const std::uint64_t w = m.bytes ? scale(v[d]) : 0;
+      st_ll(m.dst + p, ll_word(ll_word_data(w), m.flag), ll_word(static_cast<std::uint32_t>(w >> 32), m.flag));
+    }
+    if (dst == nullptr && copy_.bytes && p * 8 < copy_.bytes) store_word(copy_.dst, p, copy_.bytes, own);
+    stamp();
+    // Word p of every message to take, awaited together.
+    unsigned pending = 0;
+#pragma unroll
+    for (int s = 0; s < M; ++s)
+      if (s < recvs_ && t_->recv_live[s] && p < ll_packets(t_->recv[s].bytes)) pending |= 1u << s;
+    std::uint64_t data[M] = {};
+    int result = 0;
+    std::uint32_t spins = 0;
+    while (pending && result == 0) {
+      std::uint64_t lo[M], hi[M];
+#pragma unroll
+      for (int s = 0; s < M; ++s)
+        if (pending >> s & 1u) ld_ll(t_->recv[s].src + p, &lo[s], &hi[s]);
+#pragma unroll
+      for (int s = 0; s < M; ++s) {
+        if (!(pending >> s & 1u)) continue;
+        const std::uint32_t want = t_->recv[s].flag, flo = ll_word_flag(lo[s]), fhi = ll_word_flag(hi[s]);
+        if (flo == want && fhi == want) {
+          data[s] = static_cast<std::uint64_t>(ll_word_data(hi[s])) << 32 | ll_word_data(lo[s]);
+          pending &= ~(1u << s);
+        } else if (ll_arrival(flo, want) == LLArrival::mismatch || ll_arrival(fhi, want) == LLArrival::mismatch) {
+          result = static_cast<int>(Status::invalid_usage);
+        }
+      }
+      if (pending && result == 0 && (++spins & 1023) == 0) result = give_up();
+    }
+    if (result == 0) {
+      if constexpr (std::is_same_v<R, NoFold>) {
+#pragma unroll
+        for (int s = 0; s < M; ++s) {
+          if (s >= recvs_ || !t_->recv_live[s]) continue;
+          const LLRecv& m = t_->recv[s];
+          if (p * 8 < m.bytes) store_word(m.dst, p, m.bytes, data[s]);
+        }
+      } else if (p < ll_packets(bytes)) {
+        // Rank order 0..n-1, this rank's own word from its register.
+        WordFold<R, 8> acc;
+#pragma unroll
+        for (int s = 0; s < M; ++s) {
+          if (s >= recvs_) break;
+          const std::uint64_t word = s == me ? scale(own) : data[s];
+          if (s == 0) acc.first(r, word);
+          else acc.next(r, word);
+        }
+        store_word(dst, p, bytes, acc.template finish<std::uint64_t>(r));
+      }
+    }
+    stamp();
+    return result;
   }
 
   // The first phase's start (LLStart), between the first loads of this thread's words and their
@@ -412,7 +546,7 @@ class LLAtom {
 
   // The CTA's common outcome of a step in which threads may have failed separately.
   __device__ Status agree(int result) const {
-    __syncthreads();
+    if (!__syncthreads_or(result != 0)) return Status::ok;
     if (threadIdx.x == 0) cta_->status = 0;
     __syncthreads();
     if (result) atomicMax(&cta_->status, result);

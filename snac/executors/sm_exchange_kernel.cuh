@@ -16,10 +16,12 @@ namespace purlin::snac {
 // kernel builds the call's tables for the epoch it expects before that kernel has completed; the
 // Atom's first step waits for it and checks the epoch (atom::LLStart). `Fixed`: the Reducer the
 // folds are compiled for (void: any, chosen at run time).
-// At most kExchangeMaxThreads threads of 64 registers: the CTAs of every rank sharing the GPU must be
-// resident beside the generic kernels' (snac/policy.cc keeps room), never a multiprocessor each.
+// At most kExchangeMaxThreads threads of 128 registers (half a multiprocessor's register file at
+// most, and a quarter for the 128 threads of a 1 KiB message): the CTAs of every rank sharing the GPU
+// must be resident beside the generic kernels' (snac/policy.cc keeps room), never a multiprocessor
+// each. With 64 the one-word form spilled its packets to local memory.
 template <class D, class Fixed>
-__global__ void __launch_bounds__(kExchangeMaxThreads, 4) exchange_kernel(const __grid_constant__ ExchangeArgs a) {
+__global__ void __launch_bounds__(kExchangeMaxThreads, 2) exchange_kernel(const __grid_constant__ ExchangeArgs a) {
   __shared__ Part in[kMaxRanks];
   __shared__ Part out[kMaxRanks];
   __shared__ atom::LLTables tables;

@@ -13,6 +13,7 @@
 // most fields wins, and among those the last. A line that does not parse is skipped with a WARN.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -68,6 +69,17 @@ Policy policy_for(const PolicyRecipe& recipe, const Regime& r);
 // The least staging half in which every lane of the widest call (two scattered phases) holds
 // `slots` chunks of 256 bytes.
 std::uint64_t least_staging_half(int nranks, int slots);
+
+// The size by which the latency exchange's call bound (Policy::exchange_call_bytes) judges a call:
+// the larger of its input and output totals, and, where one side is cut into blocks of the call's
+// message (`blocks`: AllGather's output, Scatter's input, ...), n times its largest message. Every
+// rank of the call must come to the same answer, and a rank that holds no such side (Scatter's
+// input away from the root, given as empty parts) knows the blocks only from its own message.
+inline std::uint64_t exchange_call_size(std::uint64_t total_in, std::uint64_t total_out, std::uint64_t largest,
+                                        int nranks, bool blocks) {
+  const std::uint64_t cut = blocks ? largest * static_cast<std::uint64_t>(nranks) : 0;
+  return std::max({total_in, total_out, cut});
+}
 
 // One entry of a policy file: the regime it applies to (-1: any) and what it sets.
 struct PolicyEntry {

@@ -314,7 +314,6 @@ class SmExecutor final : public Executor {
       total_out += p.bytes;
     }
     if (largest == 0 || largest > policy_.exchange_max_bytes) return false;
-    if (std::max(total_in, total_out) >= policy_.exchange_call_bytes) return false;
     const int n = xargs_.nranks;
     using Form = UniformSide::Form;
     const auto side = [&](const std::vector<Part>& parts, Form form) {
@@ -341,6 +340,10 @@ class SmExecutor final : public Executor {
       case CollKind::scatter: fin = Form::blocks; break;
       default: break;  // the direct forms: packed to packed
     }
+    // Every rank of the call must take the same path (exchange_call_size).
+    if (exchange_call_size(total_in, total_out, largest, n, fin == Form::blocks || fout == Form::blocks) >=
+        policy_.exchange_call_bytes)
+      return false;
     ExchangeArgs a = xargs_;
     a.in = side(op.in, fin);
     a.out = side(op.out, fout);

@@ -89,3 +89,18 @@ TEST_CASE("the built-in SM policy bounds the direct forms by collective and rank
   CHECK(host.direct_max_bytes == (8u << 10));
   CHECK(host.broadcast_direct_max_bytes == (8u << 10));
 }
+
+TEST_CASE("the exchange's call bound gives every rank of a rooted call the same answer", "[policy]") {
+  using purlin::snac::exchange_call_size;
+  const std::uint64_t part = 128u << 10;
+  // Scatter of 8 parts: the root holds every input part, the others empty ones and their output.
+  const std::uint64_t root = exchange_call_size(8 * part, part, part, 8, true);
+  const std::uint64_t other = exchange_call_size(0, part, part, 8, true);
+  CHECK(root == 8 * part);
+  CHECK(other == root);
+  // Gather: the root's output is 8 parts; the others' output parts keep their sizes.
+  CHECK(exchange_call_size(part, 8 * part, part, 8, true) == exchange_call_size(part, 8 * part, part, 8, true));
+  CHECK(exchange_call_size(part, 0, part, 8, true) == 8 * part);
+  // Packed sides (the direct forms) count their totals alone.
+  CHECK(exchange_call_size(part, part, part, 8, false) == part);
+}

@@ -221,7 +221,13 @@ Status Communicator::async_status() const {
   // A kernel that revoke() stopped reports the stop; the revoke itself is no failure (later calls
   // are refused as revoked instead).
   if (revoked_.load()) return Status::ok;
-  return executor_ ? executor_->async_status() : Status::ok;
+  const Status s = executor_ ? executor_->async_status() : Status::ok;
+  // A kernel that stopped (a peer that did not arrive within PURLIN_TIMEOUT, a mismatch) says so
+  // once, as NCCL warns when its proxy or kernels fail: the poll that finds it is often the first
+  // the caller hears of it.
+  if (s != Status::ok && !reported_async_.exchange(true))
+    log::warn("rank {} of {}: {} (status {})", rank_, nranks_, failure_reason(), static_cast<int>(s));
+  return s;
 }
 
 std::string Communicator::failure_reason() const {
@@ -295,19 +301,31 @@ namespace {
 // result is the same bits. Every rank sees the same total and policy, so all pick the same form.
 Op plan(const Op& op, const Policy& policy) {
   CollKind kind;
+  DirectOf of;
   switch (op.kind) {
-    case CollKind::all_reduce: kind = CollKind::all_reduce_direct; break;
-    case CollKind::broadcast: kind = CollKind::broadcast_direct; break;
-    case CollKind::reduce: kind = CollKind::reduce_direct; break;
+    case CollKind::all_reduce:
+      kind = CollKind::all_reduce_direct;
+      of = DirectOf::all_reduce;
+      break;
+    case CollKind::broadcast:
+      kind = CollKind::broadcast_direct;
+      of = DirectOf::broadcast;
+      break;
+    case CollKind::reduce:
+      kind = CollKind::reduce_direct;
+      of = DirectOf::reduce;
+      break;
     default: return op;
   }
   if (op.in.empty() || op.out.empty()) return op;
   // The whole buffer's size: the output's for Broadcast (the input is the root's only), the
   // input's for Reduce (the output is the root's only).
-  std::uint64_t total = 0;
-  for (const Part& p : op.kind == CollKind::reduce ? op.in : op.out) total += p.bytes;
-  const std::uint64_t bound = op.kind == CollKind::broadcast ? policy.broadcast_direct_max_bytes : policy.direct_max_bytes;
-  if (total == 0 || total > bound) return op;
+  std::uint64_t total = 0, shard = 0;
+  for (const Part& p : op.kind == CollKind::reduce ? op.in : op.out) {
+    total += p.bytes;
+    shard = std::max(shard, p.bytes);
+  }
+  if (!runs_direct(policy, of, total, shard)) return op;
   Op direct;
   direct.kind = kind;
   direct.root = op.root;

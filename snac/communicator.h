@@ -128,6 +128,7 @@ class Communicator {
   std::atomic<bool> aborted_{false};  // abort(): everything stops, children being created too
   std::atomic<bool> revoked_{false};  // revoke(): collectives stop, the bootstrap goes on
   std::atomic<int> failure_{0};       // a Status: the first failure of a call or of a peer
+  mutable std::atomic<bool> reported_async_{false};  // the datapath's failure has had its WARN line
   mutable std::mutex failure_mu_;
   std::string failure_why_;
   std::mutex child_mu_;

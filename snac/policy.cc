@@ -56,6 +56,7 @@ bool set_key(PolicyEntry& e, const std::string& key, const std::string& value, s
   if (key == "latency_max_bytes") return bytes(&e.latency_max_bytes, true);
   if (key == "channel_bytes") return bytes(&e.channel_bytes, false);
   if (key == "direct_max_bytes") return bytes(&e.direct_max_bytes, true);
+  if (key == "exchange_direct_max_bytes") return bytes(&e.exchange_direct_max_bytes, true);
   if (key == "broadcast_direct_max_bytes") return bytes(&e.broadcast_direct_max_bytes, true);
   if (key == "slots") return count(&e.slots, 64);
   if (key == "channels") return count(&e.channels, 1024);
@@ -81,7 +82,8 @@ PolicyEntry env_entry(const Config& c) {
 // Whether entry `e` sets any key.
 bool sets_anything(const PolicyEntry& e) {
   return e.staging_bytes >= 0 || e.chunk_bytes >= 0 || e.latency_max_bytes >= 0 || e.channel_bytes >= 0 ||
-         e.direct_max_bytes >= 0 || e.broadcast_direct_max_bytes >= 0 || e.slots > 0 || e.channels > 0;
+         e.direct_max_bytes >= 0 || e.exchange_direct_max_bytes >= 0 || e.broadcast_direct_max_bytes >= 0 ||
+         e.slots > 0 || e.channels > 0;
 }
 
 // Sets what entry `e` names; its channel count, which the residency bound still limits, goes to
@@ -93,7 +95,8 @@ void apply(const PolicyEntry& e, Policy& p, int* channels) {
   if (e.slots > 0) p.slots = e.slots;
   if (e.latency_max_bytes >= 0) p.latency_max_bytes = static_cast<std::uint64_t>(e.latency_max_bytes);
   if (e.channel_bytes >= 0) p.channel_bytes = static_cast<std::uint64_t>(e.channel_bytes);
-  if (e.direct_max_bytes >= 0) p.direct_max_bytes = static_cast<std::uint64_t>(e.direct_max_bytes);
+  if (e.direct_max_bytes >= 0) p.direct_max_bytes = p.exchange_direct_max_bytes = static_cast<std::uint64_t>(e.direct_max_bytes);
+  if (e.exchange_direct_max_bytes >= 0) p.exchange_direct_max_bytes = static_cast<std::uint64_t>(e.exchange_direct_max_bytes);
   if (e.broadcast_direct_max_bytes >= 0)
     p.broadcast_direct_max_bytes = static_cast<std::uint64_t>(e.broadcast_direct_max_bytes);
   if (e.channels > 0) *channels = e.channels;
@@ -209,10 +212,12 @@ Policy policy_for(const PolicyRecipe& recipe, const Regime& r) {
   if (sets_anything(env)) p.name += "+env";
   log::info(log::kTune,
             "policy {} for {} ranks ({} on this GPU): staging {} B x2, chunk {} B, {} slots, latency path up to {} B, "
-            "{} channels (one per {} B of a call; {} CTAs fit an SM), AllReduce and Reduce direct up to {} B, "
-            "Broadcast direct up to {} B, latency exchange up to {} B ({} B per channel, at most {} channels)",
+            "{} channels (one per {} B of a call; {} CTAs fit an SM), AllReduce and Reduce direct up to {} B "
+            "(AllReduce in the latency exchange up to {} B), Broadcast direct up to {} B, latency exchange up to {} B "
+            "({} B per channel, at most {} channels)",
             p.name, r.nranks, r.sharing, p.staging_half, p.chunk_bytes, p.slots, p.latency_max_bytes, p.workers,
-            p.channel_bytes, r.ctas_per_sm, p.direct_max_bytes, p.broadcast_direct_max_bytes, p.exchange_max_bytes,
+            p.channel_bytes, r.ctas_per_sm, p.direct_max_bytes, p.exchange_direct_max_bytes,
+            p.broadcast_direct_max_bytes, p.exchange_max_bytes,
             p.exchange_channel_bytes, p.exchange_channels);
   return p;
 }

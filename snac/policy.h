@@ -8,7 +8,7 @@
 // comment. DATAPATH is sm or host, ARCH sm_XY (sm_90), SHARING the ranks on one GPU, NRANKS the
 // communicator's size; `*` matches anything. Keys: staging_bytes, chunk_bytes, slots,
 // latency_max_bytes, channels, channel_bytes, direct_max_bytes (AllReduce and Reduce),
-// broadcast_direct_max_bytes (sizes take K, M, G; `none` turns the latency path or a direct form
+// exchange_direct_max_bytes (AllReduce in the latency exchange), broadcast_direct_max_bytes (sizes take K, M, G; `none` turns the latency path or a direct form
 // off). Of the entries that match, the one that names the
 // most fields wins, and among those the last. A line that does not parse is skipped with a WARN.
 #pragma once
@@ -31,6 +31,10 @@ struct Policy {
   int workers = 1;                     // threads (host) or CTAs (GPU) per role: the most a call uses
   std::uint64_t channel_bytes = 0;     // SM: a call of uniform sizes takes one channel per this many bytes
   std::uint64_t direct_max_bytes = 0;  // AllReduce and Reduce up to this size: one direct reduce (0: never)
+  // An AllReduce whose two-shot form the latency exchange would take (shards within
+  // exchange_max_bytes, the buffer within exchange_call_bytes) runs direct (one-shot) only up to
+  // this size. A policy entry that sets direct_max_bytes sets this too, unless it names this key.
+  std::uint64_t exchange_direct_max_bytes = 0;
   std::uint64_t broadcast_direct_max_bytes = 0;  // Broadcast up to this size: the root's whole buffer to all
   // The latency exchange (snac/protocol/exchange.h), SM datapath: a call whose largest message is at
   // most exchange_max_bytes, and whose input and output are each smaller than exchange_call_bytes,
@@ -81,12 +85,25 @@ inline std::uint64_t exchange_call_size(std::uint64_t total_in, std::uint64_t to
   return std::max({total_in, total_out, cut});
 }
 
+// Whether a call of `total` bytes (its whole buffer) runs in its direct form (snac's plan): within
+// the direct bound of its collective, and for an AllReduce whose composed (two-shot) form the latency
+// exchange would take (shards of at most `shard` bytes), within the exchange's own bound. Every rank
+// computes the same sizes, so all choose alike.
+enum class DirectOf { all_reduce, reduce, broadcast };
+inline bool runs_direct(const Policy& p, DirectOf what, std::uint64_t total, std::uint64_t shard) {
+  std::uint64_t bound = what == DirectOf::broadcast ? p.broadcast_direct_max_bytes : p.direct_max_bytes;
+  if (what == DirectOf::all_reduce && shard <= p.exchange_max_bytes && total < p.exchange_call_bytes)
+    bound = std::min(bound, p.exchange_direct_max_bytes);
+  return total > 0 && total <= bound;
+}
+
 // One entry of a policy file: the regime it applies to (-1: any) and what it sets.
 struct PolicyEntry {
   std::string datapath;  // a datapath's name or "*"
   int arch = -1, sharing = -1, nranks = -1;
   std::int64_t staging_bytes = -1, chunk_bytes = -1, latency_max_bytes = -1, channel_bytes = -1,
-               direct_max_bytes = -1, broadcast_direct_max_bytes = -1;  // -1: not set; `none` is 0
+               direct_max_bytes = -1, exchange_direct_max_bytes = -1,
+               broadcast_direct_max_bytes = -1;  // -1: not set; `none` is 0
   int slots = -1, channels = -1;
   int line = 0;
 };

@@ -90,6 +90,42 @@ TEST_CASE("the built-in SM policy bounds the direct forms by collective and rank
   CHECK(host.broadcast_direct_max_bytes == (8u << 10));
 }
 
+TEST_CASE("two ranks' AllReduce in the latency exchange is one-shot up to 64 KiB, two-shot above", "[policy]") {
+  using purlin::snac::DirectOf;
+  using purlin::snac::runs_direct;
+  const auto two = policy_for(sm_policy_recipe(), Regime{2, 2, 132, 2, 90});
+  REQUIRE(two.exchange_max_bytes == (256u << 10));
+  CHECK(runs_direct(two, DirectOf::all_reduce, 64u << 10));
+  CHECK_FALSE(runs_direct(two, DirectOf::all_reduce, (64u << 10) + 256));
+  CHECK_FALSE(runs_direct(two, DirectOf::all_reduce, 256u << 10));  // the exchange takes it two-shot
+  CHECK(runs_direct(two, DirectOf::all_reduce, 512u << 10));         // beyond the exchange: the direct kernels
+  CHECK(runs_direct(two, DirectOf::all_reduce, 4u << 20));
+  CHECK_FALSE(runs_direct(two, DirectOf::all_reduce, (4u << 20) + 256));
+  CHECK_FALSE(runs_direct(two, DirectOf::all_reduce, 0));
+  // Reduce and Broadcast keep their bounds.
+  CHECK(runs_direct(two, DirectOf::reduce, 256u << 10));
+  CHECK(runs_direct(two, DirectOf::broadcast, 256u << 10));
+  // With eight ranks the exchange's bound is the direct bound.
+  const auto eight = policy_for(sm_policy_recipe(), Regime{8, 8, 132, 2, 90});
+  CHECK(eight.exchange_direct_max_bytes == eight.direct_max_bytes);
+  CHECK(runs_direct(eight, DirectOf::all_reduce, 64u << 10));
+  CHECK_FALSE(runs_direct(eight, DirectOf::all_reduce, 128u << 10));
+  // The host datapath keeps one bound for both.
+  const auto host = policy_for(host_policy_recipe(), Regime{2, 1, 0});
+  CHECK(host.exchange_direct_max_bytes == host.direct_max_bytes);
+}
+
+TEST_CASE("a policy entry's direct_max_bytes sets the exchange's direct bound too, unless it names it", "[policy]") {
+  std::vector<std::string> errors;
+  const auto table = parse_policy_table("sm * * 2 direct_max_bytes=1M\n"
+                                        "sm * * 4 direct_max_bytes=1M exchange_direct_max_bytes=16K\n",
+                                        &errors);
+  REQUIRE(errors.empty());
+  REQUIRE(table.size() == 2);
+  CHECK(table[0].exchange_direct_max_bytes == -1);
+  CHECK(table[1].exchange_direct_max_bytes == (16 << 10));
+}
+
 TEST_CASE("the exchange's call bound gives every rank of a rooted call the same answer", "[policy]") {
   using purlin::snac::exchange_call_size;
   const std::uint64_t part = 128u << 10;

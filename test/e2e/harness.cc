@@ -2,10 +2,7 @@
 
 #include <fnmatch.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -14,6 +11,8 @@
 #include <cstring>
 #include <exception>
 #include <new>
+
+#include "test/common/ranks.h"
 
 namespace e2e {
 
@@ -199,9 +198,9 @@ bool write_all(int fd, const void* data, std::size_t n) {
   return true;
 }
 
-[[noreturn]] void child_main(const Options& options, int rank, int nranks, bool join,
-                             const std::vector<ncclUniqueId>& ids, RankSlot* slot, int fd,
-                             const std::function<void(RankEnv&)>& body) {
+// A rank's body: the exit status is 0 when every case passed.
+int child_main(const Options& options, int rank, int nranks, bool join, const std::vector<ncclUniqueId>& ids,
+               RankSlot* slot, int fd, const std::function<void(RankEnv&)>& body) {
   Reporter report(options, rank, nranks, slot);
   ncclComm_t comm = nullptr;
   bool ready = true;
@@ -219,13 +218,10 @@ bool write_all(int fd, const void* data, std::size_t n) {
   }
   const Report r{kReportMagic, report.passed(), report.failed()};
   write_all(fd, &r, sizeof r);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  ::_exit(report.failed() == 0 ? 0 : 1);
+  return report.failed() == 0 ? 0 : 1;
 }
 
 struct Child {
-  pid_t pid = -1;
   int fd = -1;
   Report report{};
   std::size_t got = 0;  // bytes of report received
@@ -266,10 +262,8 @@ Totals run_ranks(const Options& options, int nranks, bool join, int extra_ids,
     std::strcpy(slots[r].current, "(starting)");
   }
 
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t parent = ::getpid();
   std::vector<Child> children(static_cast<std::size_t>(nranks));
+  ranks::Group group;
   for (int r = 0; r < nranks; ++r) {
     int fds[2];
     if (::pipe(fds) != 0) {
@@ -277,38 +271,30 @@ Totals run_ranks(const Options& options, int nranks, bool join, int extra_ids,
       ++totals.failed;
       break;
     }
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-      std::perror("fork");
+    const bool started = group.spawn([&, fds](int rank) {
       ::close(fds[0]);
-      ::close(fds[1]);
+      for (int k = 0; k < rank; ++k) ::close(children[static_cast<std::size_t>(k)].fd);
+      return child_main(options, rank, nranks, join, ids, &slots[rank], fds[1], body);
+    });
+    ::close(fds[1]);
+    if (!started) {
+      ::close(fds[0]);
       ++totals.failed;
       break;
     }
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // do not outlive a parent killed by the test runner
-      ::signal(SIGPIPE, SIG_IGN);           // a closed output must not kill a rank mid-collective
-      if (::getppid() != parent) ::_exit(3);
-      ::close(fds[0]);
-      for (int k = 0; k < r; ++k) ::close(children[static_cast<std::size_t>(k)].fd);
-      child_main(options, r, nranks, join, ids, &slots[r], fds[1], body);
-    }
-    ::close(fds[1]);
-    children[static_cast<std::size_t>(r)].pid = pid;
     children[static_cast<std::size_t>(r)].fd = fds[0];
   }
 
-  // Collect the reports, watching the clock.
+  // Collect the reports while the ranks run, watching the clock and their progress.
   const auto start = std::chrono::steady_clock::now();
   auto last_progress = start;
   std::uint64_t last_finished = 0;
-  bool killed = false;
   // A rank that ended without its report leaves its peers waiting in a collective: give them a
   // short grace and stop them.
   constexpr double kOrphanGrace_s = 20;
   bool orphaned = false;
   auto orphaned_at = start;
-  for (;;) {
+  auto collect = [&] {  // reads what the pipes hold now; false when there was nothing
     std::vector<pollfd> pfds;
     std::vector<Child*> owners;
     for (auto& c : children) {
@@ -317,13 +303,10 @@ Totals run_ranks(const Options& options, int nranks, bool join, int extra_ids,
         owners.push_back(&c);
       }
     }
-    if (pfds.empty()) break;
-    const int n = ::poll(pfds.data(), pfds.size(), 500);
-    if (n < 0 && errno != EINTR) {
-      std::perror("poll");
-      break;
-    }
-    for (std::size_t i = 0; n > 0 && i < pfds.size(); ++i) {
+    const int n = pfds.empty() ? 0 : ::poll(pfds.data(), pfds.size(), 0);
+    if (n < 0 && errno != EINTR) std::perror("poll");
+    if (n <= 0) return false;
+    for (std::size_t i = 0; i < pfds.size(); ++i) {
       if (!(pfds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       Child& c = *owners[i];
       char buf[sizeof(Report)];
@@ -343,6 +326,13 @@ Totals run_ranks(const Options& options, int nranks, bool join, int extra_ids,
         ++c.got;
       }
     }
+    return true;
+  };
+  bool stalled = false;
+  ranks::Wait watch;
+  watch.deadline = start + ranks::seconds(options.timeout_s);
+  watch.give_up = [&] {
+    collect();
     std::uint64_t finished = 0;
     for (int r = 0; r < nranks; ++r) {
       finished += slots[r].passed.load(std::memory_order_relaxed) + slots[r].failed.load(std::memory_order_relaxed);
@@ -352,38 +342,30 @@ Totals run_ranks(const Options& options, int nranks, bool join, int extra_ids,
       last_finished = finished;
       last_progress = now;
     }
-    const bool over_time = seconds_since(start) > options.timeout_s;
-    const bool stalled = std::chrono::duration<double>(now - last_progress).count() > options.stall_s;
+    stalled = std::chrono::duration<double>(now - last_progress).count() > options.stall_s;
     const bool abandoned = orphaned && std::chrono::duration<double>(now - orphaned_at).count() > kOrphanGrace_s;
-    if (over_time || stalled || abandoned) {
-      std::fprintf(stderr, "FAIL %s after %.0f s; killing the ranks still running:\n",
-                   over_time ? "time limit reached"
-                   : stalled ? "no progress"
-                             : "a rank died, the others did not finish",
-                   seconds_since(start));
-      for (int r = 0; r < nranks; ++r) {
-        Child& c = children[static_cast<std::size_t>(r)];
-        if (c.fd < 0) continue;
-        std::fprintf(stderr, "  rank %d (pid %d) in case %s\n", r, static_cast<int>(c.pid), slots[r].current);
-        ::kill(c.pid, SIGKILL);
-        ::close(c.fd);
-        c.fd = -1;
-      }
-      killed = true;
-      break;
+    return stalled || abandoned;
+  };
+  watch.on_stop = [&](ranks::Stop why) {
+    std::fprintf(stderr, "FAIL %s after %.0f s; killing the ranks still running:\n",
+                 why == ranks::Stop::deadline ? "time limit reached"
+                 : stalled                    ? "no progress"
+                                              : "a rank died, the others did not finish",
+                 seconds_since(start));
+    for (int r = 0; r < group.size(); ++r) {
+      if (group[r].ended) continue;
+      std::fprintf(stderr, "  rank %d (pid %d) in case %s\n", r, static_cast<int>(group[r].pid), slots[r].current);
     }
+  };
+  const bool killed = group.wait(watch) != ranks::Stop::none;
+  while (!killed && collect()) {  // the reports of the ranks that ended since the last look
   }
 
-  for (int r = 0; r < nranks; ++r) {
+  for (int r = 0; r < group.size(); ++r) {
     Child& c = children[static_cast<std::size_t>(r)];
-    if (c.pid <= 0) continue;
-    if (c.fd >= 0) {  // we stopped reading early (poll failed): stop the child too
-      ::kill(c.pid, SIGKILL);
-      ::close(c.fd);
-    }
-    int status = 0;
-    while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    if (c.fd >= 0) ::close(c.fd);
+    const ranks::Outcome& o = group[r];
+    if (o.pid <= 0) continue;
     const bool reported = c.got == sizeof(Report) && c.report.magic == kReportMagic;
     if (reported) {
       totals.passed += c.report.passed;
@@ -392,16 +374,16 @@ Totals run_ranks(const Options& options, int nranks, bool join, int extra_ids,
       totals.passed += slots[r].passed.load(std::memory_order_relaxed);
       totals.failed += slots[r].failed.load(std::memory_order_relaxed);
     }
-    if (WIFSIGNALED(status)) {
+    if (o.signal()) {
       std::fprintf(stderr, "FAIL rank %d %s by signal %d (%s) in case %s\n", r, killed ? "stopped" : "died",
-                   WTERMSIG(status), strsignal(WTERMSIG(status)), slots[r].current);
+                   o.signal(), strsignal(o.signal()), slots[r].current);
       if (!reported) ++totals.failed;
     } else if (!reported) {
       std::fprintf(stderr, "FAIL rank %d exited with status %d without reporting (last case %s)\n", r,
-                   WEXITSTATUS(status), slots[r].current);
+                   o.exit_code(), slots[r].current);
       ++totals.failed;
-    } else if (WEXITSTATUS(status) != 0 && c.report.failed == 0) {
-      std::fprintf(stderr, "FAIL rank %d exited with status %d\n", r, WEXITSTATUS(status));
+    } else if (o.exit_code() != 0 && c.report.failed == 0) {
+      std::fprintf(stderr, "FAIL rank %d exited with status %d\n", r, o.exit_code());
       ++totals.failed;
     }
   }

@@ -17,7 +17,6 @@
 #include <nccl.h>
 #include <purlin/purlin.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -33,6 +32,7 @@
 #include "unique_id.h"
 #include "test/common/cuda_ok.h"
 #include "test/common/loopback.h"
+#include "test/common/ranks.h"
 
 namespace {
 
@@ -377,11 +377,11 @@ int child(int rank, int n, int gpus, const ncclUniqueId& id) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   loopback::use();
-  int ranks = 1, hosts = 1, child_rank = -1;
+  int nranks = 1, hosts = 1, child_rank = -1;
   std::string ids;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--ranks") ranks = std::atoi(argv[i + 1]);
+    if (a == "--ranks") nranks = std::atoi(argv[i + 1]);
     else if (a == "--hosts") hosts = std::atoi(argv[i + 1]);
     else if (a == "--child-rank") child_rank = std::atoi(argv[i + 1]);
     else if (a == "--child-id") ids = argv[i + 1];
@@ -390,7 +390,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (ranks < 1 || hosts < 1 || hosts > ranks || (ranks > 1 && hosts < 2)) {
+  if (nranks < 1 || hosts < 1 || hosts > nranks || (nranks > 1 && hosts < 2)) {
     std::fprintf(stderr, "usage: %s --ranks 1 | --ranks N --hosts H (2 <= H <= N)\n", argv[0]);
     return 2;
   }
@@ -399,13 +399,13 @@ int main(int argc, char** argv) {
     std::printf("SKIP: no CUDA device is usable here\n");
     return kSkip;
   }
-  if (child_rank >= 0) return child(child_rank, ranks, gpus, id_of(ids));
+  if (child_rank >= 0) return child(child_rank, nranks, gpus, id_of(ids));
 
   const char* multi = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
-  if (ranks > gpus && !(multi && std::string(multi) == "1")) {
+  if (nranks > gpus && !(multi && std::string(multi) == "1")) {
     std::printf("SKIP: %d ranks on %d GPU(s): NCCL before 2.30 refuses several ranks on one GPU (\"Duplicate GPU "
                 "detected\"); run with NCCL 2.30 or later and NCCL_MULTI_RANK_GPU_ENABLE=1, or on %d GPUs\n",
-                ranks, gpus, ranks);
+                nranks, gpus, nranks);
     return kSkip;
   }
   ncclUniqueId id;
@@ -414,34 +414,27 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string hex = hex_of(id);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < ranks; ++r) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      if (ranks == 1) ::setenv("PURLIN_FALLBACK", "all", 1);
-      const std::string host = "pretend-host-" + std::to_string(r * hosts / ranks);
-      if (ranks > 1) ::setenv("PURLIN_HOST_ID", host.c_str(), 1);
-      const std::string rank = std::to_string(r), n = std::to_string(ranks), h = std::to_string(hosts);
-      const char* args[] = {argv[0], "--ranks", n.c_str(), "--hosts", h.c_str(), "--child-rank", rank.c_str(),
-                            "--child-id", hex.c_str(), nullptr};
-      ::execv("/proc/self/exe", const_cast<char* const*>(args));
-      std::perror("execv");
-      ::_exit(3);
-    }
-    pids.push_back(pid);
-  }
+  const auto outcomes = ranks::run(nranks, [&](int r) {
+    if (nranks == 1) ::setenv("PURLIN_FALLBACK", "all", 1);
+    const std::string host = "pretend-host-" + std::to_string(r * hosts / nranks);
+    if (nranks > 1) ::setenv("PURLIN_HOST_ID", host.c_str(), 1);
+    const std::string rank = std::to_string(r), n = std::to_string(nranks), h = std::to_string(hosts);
+    const char* args[] = {argv[0], "--ranks", n.c_str(), "--hosts", h.c_str(), "--child-rank", rank.c_str(),
+                          "--child-id", hex.c_str(), nullptr};
+    ::execv("/proc/self/exe", const_cast<char* const*>(args));
+    std::perror("execv");
+    return 3;
+  });
   int failed = 0, skipped = 0;
-  for (pid_t pid : pids) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == kSkip) ++skipped;
-    else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+  for (const ranks::Outcome& o : outcomes) {
+    if (o.exit_code() == kSkip) ++skipped;
+    else if (!o.ok()) ++failed;
   }
   if (failed) {
-    std::printf("%d of %d ranks failed\n", failed, ranks);
+    std::printf("%d of %d ranks failed\n", failed, nranks);
     return 1;
   }
   if (skipped) return kSkip;
-  std::printf("%d ranks on %d pretended host(s): all passed\n", ranks, hosts);
+  std::printf("%d ranks on %d pretended host(s): all passed\n", nranks, hosts);
   return 0;
 }

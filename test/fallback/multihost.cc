@@ -12,9 +12,7 @@
 #include <nccl.h>
 #include <netinet/in.h>
 #include <purlin/purlin.h>
-#include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,6 +31,7 @@
 #include "reference.h"
 #include "unique_id.h"
 #include "test/common/loopback.h"
+#include "test/common/ranks.h"
 
 namespace {
 
@@ -697,63 +696,42 @@ int main(int argc, char** argv) {
     hex += hex_of(id);
   }
   const int n = options.nranks;
-  std::vector<pid_t> pids;
+  ranks::Group group;
   for (int r = 0; r < n; ++r) {
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-      std::perror("fork");
-      return 1;
-    }
-    if (pid == 0) {
-      ::setenv("PURLIN_HOST_ID", sc->hosts[r], 1);
+    const bool spawned = group.spawn([&](int rank) {
+      ::setenv("PURLIN_HOST_ID", sc->hosts[rank], 1);
       if (sc->lib == Lib::wheel) ::unsetenv("PURLIN_NCCL_LIBRARY");
       else ::setenv("PURLIN_NCCL_LIBRARY", library.c_str(), 1);
       ::setenv("PURLIN_DATAPATH", "host", 1);
-      if (!sc->fallback.empty()) ::setenv("PURLIN_FALLBACK", sc->fallback[r], 1);
+      if (!sc->fallback.empty()) ::setenv("PURLIN_FALLBACK", sc->fallback[rank], 1);
       else ::unsetenv("PURLIN_FALLBACK");
-      if (!sc->slots.empty()) ::setenv("PURLIN_SLOTS", sc->slots[r], 1);
-      const std::string rank = std::to_string(r);
+      if (!sc->slots.empty()) ::setenv("PURLIN_SLOTS", sc->slots[rank], 1);
+      const std::string rank_text = std::to_string(rank);
       std::vector<const char*> args = {argv[0], "--scenario", sc->name, "--fake", fake.c_str(), "--fake-old",
-                                       fake_old.c_str(), "--child-rank", rank.c_str(), "--child-ids", hex.c_str()};
+                                       fake_old.c_str(), "--child-rank", rank_text.c_str(), "--child-ids", hex.c_str()};
       if (!filter.empty()) args.insert(args.end(), {"--filter", filter.c_str()});
       if (!wheel_root.empty()) args.insert(args.end(), {"--wheel-root", wheel_root.c_str()});
       args.push_back(nullptr);
       ::execv("/proc/self/exe", const_cast<char* const*>(args.data()));
       std::perror("execv");
-      ::_exit(3);
-    }
-    pids.push_back(pid);
+      return 3;
+    });
+    if (!spawned) return 1;
   }
   int failures = 0;
-  std::vector<bool> done(n, false);
-  int left = n;
   constexpr double kLimit_s = 600;
-  while (left > 0) {
-    int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
-      for (int r = 0; r < n; ++r)
-        if (pids[r] == pid && !done[r]) {
-          done[r] = true;
-          --left;
-          if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-            std::fprintf(stderr, "FAIL rank %d %s %d\n", r, WIFEXITED(status) ? "exited with" : "died by signal",
-                         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-            ++failures;
-          }
-        }
-      continue;
-    }
-    if (seconds_since(started) > kLimit_s) {
-      std::fprintf(stderr, "FAIL time limit of %.0f s reached; killing the ranks\n", kLimit_s);
-      for (int r = 0; r < n; ++r)
-        if (!done[r]) ::kill(pids[r], SIGKILL);
-      while (::waitpid(-1, nullptr, 0) > 0) {
-      }
-      return 1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  ranks::Wait watch;
+  watch.deadline = started + ranks::seconds(kLimit_s);
+  watch.on_end = [&](int r, const ranks::Outcome& o) {
+    if (o.ok()) return;
+    std::fprintf(stderr, "FAIL rank %d %s %d\n", r, o.exited() ? "exited with" : "died by signal",
+                 o.exited() ? o.exit_code() : o.signal());
+    ++failures;
+  };
+  watch.on_stop = [&](ranks::Stop) {
+    std::fprintf(stderr, "FAIL time limit of %.0f s reached; killing the ranks\n", kLimit_s);
+  };
+  if (group.wait(watch) != ranks::Stop::none) return 1;
   if (!wheel_root.empty()) {
     std::error_code e;
     std::filesystem::remove_all(wheel_root, e);

@@ -1,11 +1,8 @@
 #include "support.h"
 
 #include <dirent.h>
-#include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +15,8 @@
 #if defined(PURLIN_HAVE_CUDA)
 #include <cuda_runtime_api.h>
 #endif
+
+#include "test/common/rng.h"
 
 namespace faults {
 
@@ -101,19 +100,17 @@ namespace {
 std::uint64_t in_child(std::uint64_t (*fn)()) {
   int fds[2];
   if (::pipe(fds) != 0) return 0;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
+  ranks::Group child(1, [&](int) {
     ::close(fds[0]);
     const std::uint64_t value = fn();
     (void)!::write(fds[1], &value, sizeof value);
-    ::_exit(0);
-  }
+    return 0;
+  });
   ::close(fds[1]);
   std::uint64_t value = 0;
-  if (pid > 0) {
+  if (child.all_started()) {
     if (::read(fds[0], &value, sizeof value) != static_cast<ssize_t>(sizeof value)) value = 0;
-    int status = 0;
-    ::waitpid(pid, &status, 0);
+    child.wait();
   }
   ::close(fds[0]);
   return value;
@@ -389,69 +386,6 @@ void* shared_block(std::size_t bytes) {
   return p;
 }
 
-pid_t fork_process(const std::function<int()>& body) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid != 0) return pid;
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a parent the test runner killed
-  if (::getppid() != parent) ::_exit(3);
-  ::signal(SIGPIPE, SIG_IGN);
-  int code = 1;
-  try {
-    code = body();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "FAIL exception in pid %d: %s\n", static_cast<int>(::getpid()), e.what());
-  }
-  std::fflush(stdout);
-  std::fflush(stderr);
-  ::_exit(code);
-}
-
-bool reap(std::vector<Rank>& ranks, double deadline) {
-  bool all_by_themselves = true;
-  for (;;) {
-    bool waiting = false;
-    for (Rank& r : ranks) {
-      if (r.exited || r.pid <= 0) continue;
-      int status = 0;
-      pid_t got = ::waitpid(r.pid, &status, WNOHANG);
-      if (got == r.pid) {
-        r.exited = true;
-        r.status = status;
-        r.exited_at = now_s();
-      } else {
-        waiting = true;
-      }
-    }
-    if (!waiting) return all_by_themselves;
-    if (now_s() > deadline) {
-      all_by_themselves = false;
-      for (Rank& r : ranks) {
-        if (r.exited || r.pid <= 0) continue;
-        ::kill(r.pid, SIGKILL);
-        ::waitpid(r.pid, &r.status, 0);
-        r.exited = true;
-        r.exited_at = now_s();
-      }
-      return false;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-}
-
-bool has_exited(pid_t pid) {
-  siginfo_t info{};
-  return ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid;
-}
-
-std::string describe(int status) {
-  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
-  return "status " + std::to_string(status);
-}
-
 // ---- report ----------------------------------------------------------------------------------------
 
 bool Report::check(bool ok, const std::string& what) {
@@ -511,10 +445,8 @@ ncclResult_t checked_allreduce(bool gpu, ncclComm_t comm, cudaStream_t stream, i
 }
 
 float value(std::uint64_t seed, int rank, std::size_t i) {
-  std::uint64_t x = seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(rank) * 0xbf58476d1ce4e5b9ull + i;
-  x ^= x >> 31;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 29;
+  const std::uint64_t key = seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(rank) * 0xbf58476d1ce4e5b9ull;
+  const std::uint64_t x = rng::splitmix(key + i);
   return static_cast<float>(1 + (x % 15));  // small integers: every summation order is exact
 }
 

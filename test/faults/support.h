@@ -1,6 +1,6 @@
 // What the fault tests share: options, the datapath's buffers and streams, the process's resources
-// (open files, threads, our shared-memory files, GPU memory), rank processes with deadlines, and
-// the report.
+// (open files, threads, our shared-memory files, GPU memory), memory shared with the rank processes
+// (a ranks::Group), and the report.
 //
 // Every fault binary takes: --trials N, --ranks N, --datapath host|gpu, --seed N, and its own
 // counts (--connections, --cycles, --abort-cycles). The GPU datapath reports skipped (exit 77,
@@ -15,10 +15,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <functional>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "test/common/ranks.h"
 
 namespace faults {
 
@@ -113,22 +114,7 @@ T* shared_object() {
   return new (shared_block(sizeof(T))) T();
 }
 
-struct Rank {
-  pid_t pid = -1;
-  int status = 0;         // waitpid's status
-  bool exited = false;
-  double exited_at = 0;   // now_s() when it was reaped
-};
-
-// Forks a process that runs `body` and exits with its result (stdout and stderr flushed).
-pid_t fork_process(const std::function<int()>& body);
-// Reaps the processes until all have exited or `deadline` (now_s()) passes; kills the rest with
-// SIGKILL and reaps them. Returns true when all exited by themselves.
-bool reap(std::vector<Rank>& ranks, double deadline);
-// True once the process has exited (it is left for reap() to collect).
-bool has_exited(pid_t pid);
-// "exit 0", "exit 3", "signal 9 (Killed)".
-std::string describe(int status);
+// The rank processes themselves are a ranks::Group (test/common/ranks.h).
 
 // ---- report ------------------------------------------------------------------------------------
 

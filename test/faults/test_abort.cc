@@ -31,7 +31,6 @@
 //
 //   test_abort [--trials 100] [--ranks 4] [--datapath host|gpu] [--seed N] [--only PHASE,...]
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -542,23 +541,19 @@ bool run_trial(const Options& o, const Phase& p, int t, std::mt19937_64& rng, st
   static Shared* const shared = shared_object<Shared>();  // one block for every trial, cleared before each
   for (auto& rank_windows : shared->windows)
     for (auto& w : rank_windows) w.store(0);
-  std::vector<Rank> ranks(processes);
-  for (int r = 0; r < processes; ++r) {
-    ranks[r].pid = fork_process([&, r] {
-      Report rep(p.name + " trial " + std::to_string(t) + " rank " + std::to_string(r));
-      Env e{o, r, o.ranks, ids, delay_ms, salt, rep, shared};
-      return p.body(e, t);
-    });
-  }
-  const double start = now_s();
-  report.check(reap(ranks, start + kProcessLimitS), "ranks still running after " + std::to_string(kProcessLimitS) + " s");
+  ranks::Group group(processes, [&](int r) {
+    Report rep(p.name + " trial " + std::to_string(t) + " rank " + std::to_string(r));
+    Env e{o, r, o.ranks, ids, delay_ms, salt, rep, shared};
+    return p.body(e, t);
+  });
+  report.check(group.wait(ranks::Clock::now() + ranks::seconds(kProcessLimitS)) == ranks::Stop::none,
+               "ranks still running after " + std::to_string(kProcessLimitS) + " s");
   std::vector<pid_t> pids;
   for (int r = 0; r < processes; ++r) {
-    pids.push_back(ranks[r].pid);
-    const int st = ranks[r].status;
+    pids.push_back(group[r].pid);
     const bool may_die = r == p.may_die || p.may_die == kEveryRank;
-    const bool ok = (WIFEXITED(st) && WEXITSTATUS(st) == 0) || (may_die && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
-    report.check(ok, "rank " + std::to_string(r) + ": " + describe(st));
+    const bool ok = group[r].ok() || (may_die && group[r].signal() == SIGKILL);
+    report.check(ok, "rank " + std::to_string(r) + ": " + ranks::describe(group[r]));
   }
   const auto left = shm_files(pids, shm_before);
   report.check(left.empty(), "shared-memory files left: " + (left.empty() ? std::string() : left.front()));

@@ -22,7 +22,6 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -308,10 +307,9 @@ bool trial(const Options& o, Mode mode, int t, std::mt19937_64& rng) {
   const Id id = parse_id(uid);
   auto* board = shared_object<Board>();
   const std::uint64_t salt = rng();
-  std::vector<Rank> ranks(o.ranks);
-  for (int r = 0; r < o.ranks; ++r) ranks[r].pid = fork_process([&, r] { return rank_main(o, uid, r, board, salt); });
+  ranks::Group group(o.ranks, [&](int r) { return rank_main(o, uid, r, board, salt); });
   std::vector<pid_t> pids;
-  for (const Rank& r : ranks) pids.push_back(r.pid);
+  for (const ranks::Outcome& r : group.outcomes()) pids.push_back(r.pid);
 
   // Two attackers: one on the root, one on the listeners as they appear.
   Attacker at_root(mode, id, o.ranks, rng()), at_ranks(mode, id, o.ranks, rng());
@@ -353,7 +351,7 @@ bool trial(const Options& o, Mode mode, int t, std::mt19937_64& rng) {
   std::this_thread::sleep_for(std::chrono::milliseconds(kRank0DelayMs / 2));
   claims_allowed.store(true);
 
-  const bool by_themselves = reap(ranks, now_s() + 2 * kTimeoutS + 30);
+  const bool by_themselves = group.wait(ranks::Clock::now() + ranks::seconds(2 * kTimeoutS + 30)) == ranks::Stop::none;
   stop.store(true);
   root_thread.join();
   rank_thread.join();
@@ -361,8 +359,7 @@ bool trial(const Options& o, Mode mode, int t, std::mt19937_64& rng) {
 
   int ok = 0;
   for (int r = 0; r < o.ranks; ++r) {
-    const int st = ranks[r].status;
-    report.check(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank " + std::to_string(r) + ": " + describe(st));
+    report.check(group[r].ok(), "rank " + std::to_string(r) + ": " + ranks::describe(group[r]));
     ok += board->ok[r].load();
   }
   // Root listener (this process) and every rank's: one address on loopback, never a wildcard.

@@ -8,7 +8,6 @@
 // bytes after it stay poisoned); abort returns promptly and every process exits.
 //
 //   test_mismatch [--ranks 4] [--datapath host|gpu] [--only CASE[,CASE...]]
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstring>
@@ -163,15 +162,13 @@ bool run_case(const Options& o, const Case& c) {
   ncclUniqueId id;
   if (!report.expect(ncclGetUniqueId(&id), ncclSuccess, "ncclGetUniqueId")) return false;
   auto* board = shared_object<Board>();
-  std::vector<Rank> ranks(o.ranks);
-  const double start = now_s();
-  for (int r = 0; r < o.ranks; ++r) ranks[r].pid = fork_process([&, r] { return rank_main(o, id, c, r, board); });
-  const bool by_themselves = reap(ranks, start + kExitLimitS);
+  const auto start = ranks::Clock::now();
+  ranks::Group group(o.ranks, [&](int r) { return rank_main(o, id, c, r, board); });
+  const bool by_themselves = group.wait(start + ranks::seconds(kExitLimitS)) == ranks::Stop::none;
   report.check(by_themselves, "some ranks did not exit within " + std::to_string(kExitLimitS) + " s");
   double detect = 0, abort = 0;
   for (int r = 0; r < o.ranks; ++r) {
-    report.check(WIFEXITED(ranks[r].status) && WEXITSTATUS(ranks[r].status) == 0,
-                 "rank " + std::to_string(r) + ": " + describe(ranks[r].status));
+    report.check(group[r].ok(), "rank " + std::to_string(r) + ": " + ranks::describe(group[r]));
     detect = std::max(detect, board->detect_s[r].load());
     abort = std::max(abort, board->abort_s[r].load());
   }

@@ -12,7 +12,6 @@
 // still in flight (it cannot finish without rank 0), so the checks never race the work.
 //
 //   test_nonblocking [--trials N] [--ranks 4] [--datapath host|gpu] [--seed N]
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -390,17 +389,14 @@ int main(int argc, char** argv) {
     for (auto& id : ids) report.expect(ncclGetUniqueId(&id), ncclSuccess, "ncclGetUniqueId");
     auto* board = shared_object<Board>();
     const std::uint64_t salt = rng();
-    std::vector<Rank> ranks(o.ranks);
-    for (int r = 0; r < o.ranks; ++r) {
-      ranks[r].pid = fork_process([&, r] {
-        Report rep("non-blocking trial " + std::to_string(t) + " rank " + std::to_string(r));
-        return RankRun(o, r, ids, board, salt, rep).run();
-      });
-    }
-    report.check(reap(ranks, now_s() + 300), "ranks still running after 300 s");
+    ranks::Group group(o.ranks, [&](int r) {
+      Report rep("non-blocking trial " + std::to_string(t) + " rank " + std::to_string(r));
+      return RankRun(o, r, ids, board, salt, rep).run();
+    });
+    report.check(group.wait(ranks::Clock::now() + ranks::seconds(300)) == ranks::Stop::none,
+                 "ranks still running after 300 s");
     for (int r = 0; r < o.ranks; ++r)
-      report.check(WIFEXITED(ranks[r].status) && WEXITSTATUS(ranks[r].status) == 0,
-                   "rank " + std::to_string(r) + ": " + describe(ranks[r].status));
+      report.check(group[r].ok(), "rank " + std::to_string(r) + ": " + ranks::describe(group[r]));
     longest = std::max(longest, board->longest_poll.load());
     if (report.failures()) ++failed;
   }

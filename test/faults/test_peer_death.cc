@@ -9,7 +9,6 @@
 //
 //   test_peer_death [--trials 50] [--ranks 4] [--datapath host|gpu] [--seed N]
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -144,36 +143,36 @@ bool trial(const Options& o, int t, std::mt19937_64& rng, Stats& stats) {
   const int victim = static_cast<int>(rng() % o.ranks);
   const int delay_ms = static_cast<int>(rng() % 200);
   const std::set<std::string> shm_before = shm_names();
-  std::vector<Rank> ranks(o.ranks);
-  for (int r = 0; r < o.ranks; ++r) ranks[r].pid = fork_process([&, r] { return rank_main(o, id, t, r, count, board); });
+  ranks::Group group(o.ranks, [&](int r) { return rank_main(o, id, t, r, count, board); });
 
   const double start = now_s();
   while (board->looping.load() < o.ranks && now_s() - start < 60) {
     bool gone = false;  // a rank that failed before the loop started
-    for (const Rank& r : ranks) gone = gone || has_exited(r.pid);
+    for (int r = 0; r < o.ranks; ++r) gone = gone || group.has_ended(r);
     if (gone) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   report.check(board->looping.load() == o.ranks, "not every rank reached its AllReduce loop");
   std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-  ::kill(ranks[victim].pid, SIGKILL);
+  ::kill(group[victim].pid, SIGKILL);
   const double kill_at = now_s();
+  const auto killed = ranks::Clock::now();
   board->kill_at.store(kill_at);
 
-  const bool by_themselves = reap(ranks, kill_at + limits(o).exit);
+  const bool by_themselves = group.wait(killed + ranks::seconds(limits(o).exit)) == ranks::Stop::none;
   report.check(by_themselves, "some ranks did not exit within " + std::to_string(limits(o).exit) + " s of the kill");
   std::vector<pid_t> pids;
   for (int r = 0; r < o.ranks; ++r) {
-    pids.push_back(ranks[r].pid);
+    pids.push_back(group[r].pid);
     const std::string who = "rank " + std::to_string(r) + (r == victim ? " (killed)" : "");
     if (r == victim) {
-      report.check(WIFSIGNALED(ranks[r].status) && WTERMSIG(ranks[r].status) == SIGKILL, who + ": " + describe(ranks[r].status));
+      report.check(group[r].signal() == SIGKILL, who + ": " + ranks::describe(group[r]));
     } else {
-      report.check(WIFEXITED(ranks[r].status) && WEXITSTATUS(ranks[r].status) == 0, who + ": " + describe(ranks[r].status));
+      report.check(group[r].ok(), who + ": " + ranks::describe(group[r]));
       stats.detect = std::max(stats.detect, board->detect_s[r].load());
       stats.abort = std::max(stats.abort, board->abort_s[r].load());
     }
-    stats.exit = std::max(stats.exit, ranks[r].exited_at - kill_at);
+    stats.exit = std::max(stats.exit, std::chrono::duration<double>(group[r].ended_at - killed).count());
   }
   std::uint64_t gpu_after = gpu_used_by_probe(o.gpu);
   for (const double until = now_s() + 10; gpu_after > gpu_before + kGpuSlack && now_s() < until;

@@ -15,7 +15,6 @@
 // filter that names no collective and when no case ran.
 #include <cuda_runtime.h>
 #include <nccl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +34,7 @@
 #include "test/common/chains.h"
 #include "test/common/cuda_ok.h"
 #include "test/common/loopback.h"
+#include "test/common/ranks.h"
 #include "test/common/rng.h"
 
 namespace {
@@ -640,35 +640,30 @@ int main(int argc, char** argv) {
     if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
     int pipes[2];
     if (pipe(pipes) != 0) return 1;
-    std::vector<pid_t> pids;
-    for (int r = 0; r < o.ranks; ++r) {
-      pid_t pid = fork();
-      if (pid == 0) {
-        close(pipes[0]);
-        if (usable_gpus() == 0) {
-          int result[2] = {-1, 0};
-          (void)!write(pipes[1], result, sizeof(result));
-          _exit(0);
-        }
-        Rank R;
-        R.me = r;
-        R.n = o.ranks;
-        CUDA_OK(cudaSetDevice(device_of(r)));
-        CUDA_OK(cudaStreamCreateWithFlags(&R.stream, cudaStreamNonBlocking));
-        if (ncclCommInitRank(&R.comm, o.ranks, id, r) != ncclSuccess) {
-          std::printf("FAIL init rank %d\n", r);
-          _exit(2);
-        }
-        run_rank(R, o);
-        ncclCommDestroy(R.comm);
-        int result[2] = {R.passed, R.failed};
+    ranks::Group group(o.ranks, [&](int r) {
+      close(pipes[0]);
+      if (usable_gpus() == 0) {
+        int result[2] = {-1, 0};
         (void)!write(pipes[1], result, sizeof(result));
-        std::fflush(stdout);
-        _exit(0);
+        return 0;
       }
-      pids.push_back(pid);
-    }
+      Rank R;
+      R.me = r;
+      R.n = o.ranks;
+      CUDA_OK(cudaSetDevice(device_of(r)));
+      CUDA_OK(cudaStreamCreateWithFlags(&R.stream, cudaStreamNonBlocking));
+      if (ncclCommInitRank(&R.comm, o.ranks, id, r) != ncclSuccess) {
+        std::printf("FAIL init rank %d\n", r);
+        return 2;
+      }
+      run_rank(R, o);
+      ncclCommDestroy(R.comm);
+      int result[2] = {R.passed, R.failed};
+      (void)!write(pipes[1], result, sizeof(result));
+      return 0;
+    });
     close(pipes[1]);
+    group.wait();  // the results fit in the pipe: read them once every rank has ended
     bool skipped = false;
     for (int r = 0; r < o.ranks; ++r) {
       int result[2] = {0, 0};
@@ -682,11 +677,8 @@ int main(int argc, char** argv) {
         failed++;
       }
     }
-    for (pid_t p : pids) {
-      int st = 0;
-      waitpid(p, &st, 0);
-      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) failed++;
-    }
+    for (const ranks::Outcome& out : group.outcomes())
+      if (!out.ok()) failed++;
     if (skipped) {
       std::printf("SKIPPED: no CUDA device usable on this machine\n0 passed, 0 failed, 1 skipped\n");
       return 77;

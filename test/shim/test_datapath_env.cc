@@ -5,8 +5,6 @@
 //
 //   test_datapath_env
 #include <nccl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +12,7 @@
 #include <string>
 
 #include "test/common/loopback.h"
+#include "test/common/ranks.h"
 
 namespace {
 
@@ -39,13 +38,7 @@ namespace {
 }
 
 bool run(const char* value, ncclResult_t want) {
-  std::fflush(stdout);
-  const pid_t pid = ::fork();
-  if (pid < 0) return false;
-  if (pid == 0) child(value, want);
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return false;
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  return ranks::run(1, [&](int) -> int { child(value, want); })[0].ok();
 }
 
 }  // namespace

@@ -3,8 +3,6 @@
 // poisoned outputs, a reference computed here. Prints "N passed, N failed".
 #include <nccl.h>
 #include <purlin/purlin.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -13,6 +11,7 @@
 #include <vector>
 
 #include "test/common/loopback.h"
+#include "test/common/ranks.h"
 
 namespace {
 
@@ -107,18 +106,8 @@ int main() {
     setenv("PURLIN_DATAPATH", "host", 1);
     ncclUniqueId id;
     if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
-    std::vector<pid_t> pids;
-    for (int r = 0; r < n; ++r) {
-      pid_t p = fork();
-      if (p == 0) _exit(run_rank(r, n, id));
-      pids.push_back(p);
-    }
     bool ok = true;
-    for (pid_t p : pids) {
-      int st = 0;
-      waitpid(p, &st, 0);
-      ok = ok && WIFEXITED(st) && WEXITSTATUS(st) == 0;
-    }
+    for (const ranks::Outcome& o : ranks::run(n, [&](int r) { return run_rank(r, n, id); })) ok = ok && o.ok();
     std::printf("%s V collectives with %d ranks\n", ok ? "ok" : "FAIL", n);
     (ok ? passed : failed)++;
   }

@@ -122,6 +122,12 @@ Config read_config() {
     if (v >= 1 && v <= 64) c.channels = v;
     else log::warn("PURLIN_CHANNELS={} is not in 1..64; ignored", channels);
   }
+  std::string poll_ns = env("PURLIN_EXCHANGE_POLL_NS");
+  if (!poll_ns.empty()) {
+    int v = std::atoi(poll_ns.c_str());
+    if (v >= 0 && v <= 100000 && poll_ns.find_first_not_of("0123456789") == std::string::npos) c.exchange_poll_ns = v;
+    else log::warn("PURLIN_EXCHANGE_POLL_NS={} is not in 0..100000; ignored", poll_ns);
+  }
   std::string exchange_channels = env("PURLIN_EXCHANGE_CHANNELS");
   if (!exchange_channels.empty()) {
     int v = std::atoi(exchange_channels.c_str());
@@ -160,6 +166,7 @@ void log_config(const Config& c) {
   if (c.exchange_channel_bytes)
     log::info(log::kEnv, "PURLIN_EXCHANGE_CHANNEL_BYTES set by environment to {}", c.exchange_channel_bytes);
   if (c.exchange_channels) log::info(log::kEnv, "PURLIN_EXCHANGE_CHANNELS set by environment to {}", c.exchange_channels);
+  if (c.exchange_poll_ns >= 0) log::info(log::kEnv, "PURLIN_EXCHANGE_POLL_NS set by environment to {}", c.exchange_poll_ns);
   if (c.pdl_disabled) log::info(log::kEnv, "PURLIN_PDL=0: kernels launch without programmatic dependent launch");
   if (c.cumem_disabled) log::info(log::kEnv, "PURLIN_CUMEM=0: device memory is shared between processes by CUDA IPC");
   if (!c.policy_file.empty()) log::info(log::kEnv, "PURLIN_POLICY_FILE set by environment to {}", c.policy_file);

@@ -3,10 +3,10 @@
 
 Each rank's file PREFIX.RANK has one line per call of channel 0: the call's epoch, then globaltimer
 nanoseconds: [0] the kernel's entry, [1] the start of its work (before the tables), [2] the end
-of the start (the previous kernel complete, the epoch checked), [3] the first phase's pushes
-issued, [4] its receive or fold done, [5] [6] the same for a second phase (0 when none), [7] the
-end. Calls are grouped into windows of epochs (--window, e.g. one size of an nccl-tests run) and
-each step's median printed per rank.
+of the start (the previous kernel complete, the epoch checked), [3] thread 0's pushes of the first
+phase issued, [4] its receive or fold done, [5] the whole CTA's (every thread's words arrived),
+[6] [7] [8] the same for a second phase (0 when none), [9] the end. Calls are grouped into windows
+of epochs (--window, e.g. one size of an nccl-tests run) and each step's median printed per rank.
 
 Usage: stamps.py PREFIX [--window FIRST:LAST ...]
 """
@@ -45,8 +45,8 @@ def main():
         raise SystemExit(f"no stamp files {args.prefix}.RANK")
     windows = [tuple(int(x) for x in w.split(":")) for w in args.window] or [
         (min(min(r) for r in ranks.values()), max(max(r) for r in ranks.values()))]
-    steps = [("launched early, waiting", 0, 2), ("pushes", 2, 3), ("receive or fold", 3, 4),
-             ("second phase", 4, 6), ("to the end", 4, 7)]
+    steps = [("launched early, waiting", 0, 2), ("pushes", 2, 3), ("receive or fold, thread 0", 3, 4),
+             ("the whole CTA's", 3, 5), ("second phase, whole CTA", 5, 8), ("start to end", 2, 9)]
     for lo, hi in windows:
         epochs = range(lo, hi + 1)
         print(f"epochs {lo}..{hi}")

@@ -44,6 +44,7 @@ struct Policy {
   std::uint64_t exchange_call_bytes = 0;  // ... and whose buffers are smaller than this
   std::uint64_t exchange_channel_bytes = 0;
   int exchange_channels = 0;
+  unsigned exchange_poll_ns = 0;       // a packet wait's sleep after a look that found nothing (0: none)
   double sim_us_per_op = 0;            // ncclGroupSimulateEnd's cost model: fixed cost per op
   double sim_gbps = 0;                 // and bytes (read + written) per second
 };

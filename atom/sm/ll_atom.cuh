@@ -226,7 +226,7 @@ class LLAtom {
       result = fold_words(Fixed(op_), SameWord{}, fold_dst, fold_bytes, me, self);
     }
     stamp();
-    return agree(result);
+    return agreed(result);
   }
 
   // The one-word form of a phase: every message has at most a word per thread (the launch gives a
@@ -257,7 +257,15 @@ class LLAtom {
     }
     // ll_restart is no Status: the kernel builds the tables again (uniform: begin() agreed on it).
     if (result == ll_restart) return static_cast<Status>(result);
-    return agree(result);
+    return agreed(result);
+  }
+
+  // agree(), then the stamp of the whole CTA's end of the phase (thread 0's own end is the stamp
+  // before).
+  __device__ Status agreed(int result) {
+    const Status s = agree(result);
+    stamp();
+    return s;
   }
 
   struct NoFold {};
@@ -331,7 +339,10 @@ class LLAtom {
           result = static_cast<int>(Status::invalid_usage);
         }
       }
-      if (pending && result == 0 && (++spins & 1023) == 0) result = give_up();
+      if (pending && result == 0) {
+        if ((++spins & 1023) == 0) result = give_up();
+        else if (guard_.poll_ns) __nanosleep(guard_.poll_ns);
+      }
     }
     if (result == 0) {
       if constexpr (std::is_same_v<R, NoFold>) {
@@ -538,8 +549,11 @@ class LLAtom {
           return static_cast<int>(Status::invalid_usage);
         }
       }
-      if (pending && (++spins & 1023) == 0)
+      if (pending && (++spins & 1023) == 0) {
         if (int s = give_up()) return s;
+      } else if (pending && guard_.poll_ns) {
+        __nanosleep(guard_.poll_ns);
+      }
     }
     return 0;
   }

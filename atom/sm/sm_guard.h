@@ -12,6 +12,9 @@ struct SmGuard {
   // The rank's fault word in its window: a peer that found the ranks' calls mismatched stores a
   // Status there (see snac::raise_fault), and every wait that spins long reads it.
   const volatile std::uint64_t* fault;
+  // Nanoseconds a packet wait of the latency exchange sleeps after a look that found nothing new
+  // (0: it looks again at once).
+  unsigned poll_ns = 0;
 };
 
 }  // namespace purlin::atom

@@ -40,6 +40,12 @@ constexpr std::uint64_t kExchangeBudget = 32ull << 20;
 constexpr std::uint64_t kExchangeMaxBytes = 256ull << 10;
 constexpr std::uint64_t kExchangeChannelBytes = 2ull << 10;
 constexpr int kExchangeCtas = 128;
+// Exchange CTAs one multiprocessor holds (the kernel's __launch_bounds__, snac/executors/
+// sm_exchange_kernel.cuh). With programmatic dependent launch a rank has two exchange kernels
+// resident at once (the next one waits early), and every sharing rank's current kernel must be
+// resident for any to finish: 8 ranks on one H200 with 32 channels each (512 CTAs where 264 fit)
+// stopped at PURLIN_TIMEOUT in nccl-tests all_reduce_perf from a graph.
+constexpr int kExchangeCtasPerSm = 2;
 // Calls of 1 MiB and more keep the generic kernels: with 8 ranks on one H200 the exchange took 91.7,
 // 43.9, 55.4 and 50.9 us for AllReduce, AllGather, ReduceScatter and AlltoAll of 1 MiB where NCCL
 // 2.30.7 took 62.3, 36.3, 36.1 and 26.2 (nccl-compare, bf16, graph;
@@ -88,10 +94,21 @@ void derive(const Regime& r, int wanted, Policy* p) {
   }
   p->exchange_channel_bytes =
       c.exchange_channel_bytes ? std::max<std::uint64_t>(c.exchange_channel_bytes, 16) : kExchangeChannelBytes;
-  // The channels of all sharing ranks together stay near kExchangeCtas.
+  // The channels of all sharing ranks together stay near kExchangeCtas, and two kernels of every
+  // sharing rank fit the GPU at once (even when PURLIN_EXCHANGE_CHANNELS asks for more).
   p->exchange_channels = c.exchange_channels ? c.exchange_channels : std::clamp(kExchangeCtas / sharing, 1, 64);
+  if (r.sms > 0) {
+    const int fit = std::max(1, r.sms * kExchangeCtasPerSm / (2 * sharing));
+    if (p->exchange_channels > fit) {
+      if (c.exchange_channels)
+        log::warn("PURLIN_EXCHANGE_CHANNELS={} would not fit two exchange kernels of {} ranks on the GPU at once; "
+                  "using {}", c.exchange_channels, sharing, fit);
+      p->exchange_channels = fit;
+    }
+  }
   p->exchange_max_bytes = c.exchange_disabled ? 0 : c.exchange_max_bytes ? c.exchange_max_bytes : kExchangeMaxBytes;
   p->exchange_call_bytes = kExchangeCallBytes;
+  p->exchange_poll_ns = c.exchange_poll_ns >= 0 ? static_cast<unsigned>(c.exchange_poll_ns) : 0;
   // A box holds one channel's slice of the largest message, as LL packets (16 bytes per 8).
   const std::uint64_t boxes =
       static_cast<std::uint64_t>(p->exchange_channels) * 4ull * static_cast<std::uint64_t>(std::max(r.nranks, 1));

@@ -20,8 +20,9 @@ namespace purlin::snac {
 inline constexpr int kExchangeMaxThreads = 256;
 inline constexpr int kExchangeMaxChannels = 64;
 // With PURLIN_STAMPS: globaltimer stamps of channel 0 per call (entry, start of work, the end of each
-// Atom step, the end), in a ring of the last kExchangeStampCalls calls.
-inline constexpr int kExchangeStamps = 8;
+// Atom step: the start, then per phase thread 0's pushes, its receive or fold and the whole CTA's;
+// the end), in a ring of the last kExchangeStampCalls calls.
+inline constexpr int kExchangeStamps = 10;
 inline constexpr int kExchangeStampCalls = 4096;
 
 // One side (input or output) of a uniform call, from which the kernel derives part k of n: a

@@ -24,6 +24,9 @@ template <class D, class Fixed>
 __global__ void __launch_bounds__(kExchangeMaxThreads, 2) exchange_kernel(const __grid_constant__ ExchangeArgs a) {
   __shared__ Part in[kMaxRanks];
   __shared__ Part out[kMaxRanks];
+  // Every rank's boxes as mapped here: a second phase builds its tables after the first, on the
+  // critical path, where each read of a.inbox in global memory is a memory latency.
+  __shared__ atom::LLPacket* inbox[kMaxRanks];
   __shared__ atom::LLTables tables;
   __shared__ atom::SmCtaWords words;
   __shared__ std::uint64_t expected;
@@ -32,6 +35,7 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) exchange_kernel(const 
   const int nin = a.in.parts(n), nout = a.out.parts(n);
   for (int i = threadIdx.x; i < nin; i += blockDim.x) in[i] = exchange_slice(a.in.part(i, n), c, a.channels);
   for (int i = threadIdx.x; i < nout; i += blockDim.x) out[i] = exchange_slice(a.out.part(i, n), c, a.channels);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) inbox[i] = a.inbox[i];
   if (threadIdx.x == 0) {
     words = atom::SmCtaWords{};
     expected = *static_cast<volatile std::uint64_t*>(a.epoch + c) + 1;
@@ -53,7 +57,7 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) exchange_kernel(const 
   call.out = out;
   Status s;
   for (;;) {
-    const ExchangeContext x{a.rank, n, c, expected, a.box_packets, a.inbox};
+    const ExchangeContext x{a.rank, n, c, expected, a.box_packets, inbox};
     atom::LLAtom<Fixed, D::consume == coll::Consume::reduce> atom(a.type, a.op, a.guard, &words, &tables, atom::LLStart{a.pdl, a.epoch + c, expected},
                              stamps ? stamps + 2 : nullptr);
     s = exchange_call<D>(atom, x, call);

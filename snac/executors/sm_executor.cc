@@ -180,6 +180,7 @@ class SmExecutor final : public Executor {
     xargs_.epoch = exchange_epoch_;
     xargs_.win = windows_dev_;
     xargs_.guard = args_.guard;
+    xargs_.guard.poll_ns = policy_.exchange_poll_ns;
     xargs_.stamps = stamps_;
     // Programmatic dependent launch (Hopper and newer): the next kernel launches while this one
     // finishes, and waits on the GPU for it to complete.

@@ -78,6 +78,16 @@ TEST_CASE("the built-in SM policy caps channels by the ranks sharing a GPU", "[p
   CHECK(policy_for(sm_policy_recipe(), Regime{2, 1, 132, 2, 90}).channel_bytes == (4u << 10));  // a channel per 4 KiB
 }
 
+TEST_CASE("the exchange's channels fit two kernels of every rank sharing the GPU", "[policy]") {
+  // 132 multiprocessors hold 264 exchange CTAs: 8 ranks of 16 channels, two kernels each.
+  CHECK(policy_for(sm_policy_recipe(), Regime{8, 8, 132, 2, 90}).exchange_channels == 16);
+  CHECK(policy_for(sm_policy_recipe(), Regime{2, 2, 132, 2, 90}).exchange_channels == 64);
+  CHECK(policy_for(sm_policy_recipe(), Regime{2, 1, 132, 2, 90}).exchange_channels == 64);
+  // A GPU of 16 multiprocessors: 32 CTAs, two kernels of 8 ranks of 2 channels.
+  CHECK(policy_for(sm_policy_recipe(), Regime{8, 8, 16, 2, 90}).exchange_channels == 2);
+  CHECK(policy_for(sm_policy_recipe(), Regime{4, 4, 16, 2, 90}).exchange_channels == 4);
+}
+
 TEST_CASE("the built-in SM policy bounds the direct forms by collective and rank count", "[policy]") {
   const auto two = policy_for(sm_policy_recipe(), Regime{2, 1, 132, 2, 90});
   CHECK(two.direct_max_bytes == (4u << 20));  // two ranks reduce directly up to 4 MiB
@@ -90,26 +100,33 @@ TEST_CASE("the built-in SM policy bounds the direct forms by collective and rank
   CHECK(host.broadcast_direct_max_bytes == (8u << 10));
 }
 
-TEST_CASE("two ranks' AllReduce in the latency exchange is one-shot up to 64 KiB, two-shot above", "[policy]") {
+TEST_CASE("two ranks' AllReduce is one-shot up to 128 KiB where the exchange takes the two-shot form", "[policy]") {
   using purlin::snac::DirectOf;
   using purlin::snac::runs_direct;
   const auto two = policy_for(sm_policy_recipe(), Regime{2, 2, 132, 2, 90});
   REQUIRE(two.exchange_max_bytes == (256u << 10));
-  CHECK(runs_direct(two, DirectOf::all_reduce, 64u << 10));
-  CHECK_FALSE(runs_direct(two, DirectOf::all_reduce, (64u << 10) + 256));
-  CHECK_FALSE(runs_direct(two, DirectOf::all_reduce, 256u << 10));  // the exchange takes it two-shot
-  CHECK(runs_direct(two, DirectOf::all_reduce, 512u << 10));         // beyond the exchange: the direct kernels
-  CHECK(runs_direct(two, DirectOf::all_reduce, 4u << 20));
-  CHECK_FALSE(runs_direct(two, DirectOf::all_reduce, (4u << 20) + 256));
-  CHECK_FALSE(runs_direct(two, DirectOf::all_reduce, 0));
+  REQUIRE(two.exchange_call_bytes == (1u << 20));
+  auto ar = [&](const purlin::snac::Policy& p, std::uint64_t total, int n) {
+    return runs_direct(p, DirectOf::all_reduce, total, (total / n + 255) / 256 * 256);
+  };
+  CHECK(ar(two, 64u << 10, 2));
+  CHECK(ar(two, 128u << 10, 2));
+  CHECK_FALSE(ar(two, (128u << 10) + 256, 2));
+  CHECK_FALSE(ar(two, 256u << 10, 2));
+  CHECK_FALSE(ar(two, 512u << 10, 2));    // shards of 256 KiB: the two-shot exchange
+  CHECK(ar(two, (512u << 10) + 512, 2));  // shards beyond the exchange's bound: the direct kernels
+  CHECK(ar(two, 1u << 20, 2));            // and a call beyond its call bound
+  CHECK(ar(two, 4u << 20, 2));
+  CHECK_FALSE(ar(two, (4u << 20) + 256, 2));
+  CHECK_FALSE(ar(two, 0, 2));
   // Reduce and Broadcast keep their bounds.
-  CHECK(runs_direct(two, DirectOf::reduce, 256u << 10));
-  CHECK(runs_direct(two, DirectOf::broadcast, 256u << 10));
+  CHECK(runs_direct(two, DirectOf::reduce, 256u << 10, 128u << 10));
+  CHECK(runs_direct(two, DirectOf::broadcast, 256u << 10, 128u << 10));
   // With eight ranks the exchange's bound is the direct bound.
   const auto eight = policy_for(sm_policy_recipe(), Regime{8, 8, 132, 2, 90});
   CHECK(eight.exchange_direct_max_bytes == eight.direct_max_bytes);
-  CHECK(runs_direct(eight, DirectOf::all_reduce, 64u << 10));
-  CHECK_FALSE(runs_direct(eight, DirectOf::all_reduce, 128u << 10));
+  CHECK(ar(eight, 64u << 10, 8));
+  CHECK_FALSE(ar(eight, 128u << 10, 8));
   // The host datapath keeps one bound for both.
   const auto host = policy_for(host_policy_recipe(), Regime{2, 1, 0});
   CHECK(host.exchange_direct_max_bytes == host.direct_max_bytes);

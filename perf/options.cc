@@ -1,13 +1,12 @@
 #include "options.h"
 
-#include <getopt.h>
-
 #include <algorithm>
 #include <charconv>
-#include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <string_view>
+
+#include <CLI/CLI.hpp>
 
 namespace perf {
 namespace {
@@ -86,7 +85,76 @@ DatapathChoice parse_datapath(std::string_view text) {
   throw UsageError("--datapath: expected auto, host or gpu, got '" + std::string(text) + "'");
 }
 
-enum LongOnly { kCollective = 256, kJson, kRanks, kIdFile, kDatapath, kGraph, kTimeout, kRegistered, kHostTime };
+double parse_timeout(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(value > 0)) {
+    throw UsageError("--timeout: expected a positive number of seconds");
+  }
+  return value;
+}
+
+// The parser writes into `o`. Every value is taken as text and read by the helpers above, so the
+// messages and the size suffixes are ours; the callbacks run once parsing is done, with the last
+// value of an option given twice (as getopt did).
+void describe(CLI::App& app, Options& o) {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.set_help_flag("-h,--help", "this text");
+  app.get_formatter()->column_width(28);
+  const auto add = [&](const char* names, const char* type, const char* text, auto read) {
+    app.add_option_function<std::string>(names, read, text)->type_name(type);
+  };
+  add("-b,--minbytes", "SIZE", "smallest size (bytes; K, M, G suffixes), default 32M",
+      [&o](const std::string& v) { o.min_bytes = parse_size_option(v, "-b"); });
+  add("-e,--maxbytes", "SIZE", "largest size, default 32M",
+      [&o](const std::string& v) { o.max_bytes = parse_size_option(v, "-e"); });
+  add("-f,--stepfactor", "N", "multiply the size by N between rows, default 2",
+      [&o](const std::string& v) { o.step_factor = static_cast<std::size_t>(parse_int(v, "-f", 2)); });
+  add("-n,--iters", "N", "timed iterations per row, default 20",
+      [&o](const std::string& v) { o.iters = parse_int(v, "-n", 1); });
+  add("-w,--warmup_iters", "N", "untimed iterations before them, default 5",
+      [&o](const std::string& v) { o.warmup_iters = parse_int(v, "-w", 0); });
+  add("-c,--check", "0|1", "check results after timing, default 1",
+      [&o](const std::string& v) { o.check = parse_int(v, "-c", 0) != 0; });
+  add("-d,--datatype", "TYPE",
+      "int8 uint8 int32 uint32 int64 uint64 half float double\n"
+      "bfloat16 f8e4m3 f8e5m2, or all; default float",
+      [&o](const std::string& v) { o.types = parse_types(v); });
+  add("-o,--op", "OP", "sum prod max min avg premulsum, or all; default sum",
+      [&o](const std::string& v) { o.ops = parse_ops(v); });
+  add("-r,--root", "N", "root rank of broadcast, reduce, gather, scatter; default 0",
+      [&o](const std::string& v) { o.root = parse_int(v, "-r", 0); });
+  add("--collective", "NAME",
+      "all_reduce all_gather reduce_scatter alltoall broadcast\n"
+      "reduce gather scatter sendrecv, a comma-separated list of\n"
+      "them, or all; default all_reduce",
+      [&o](const std::string& v) { o.collectives = parse_collectives(v); });
+  add("--json", "FILE", "also write every row to FILE as JSON",
+      [&o](const std::string& v) { o.json_path = v; });
+  add("--ranks", "N", "fork N ranks on this machine",
+      [&o](const std::string& v) { o.fork_ranks = parse_int(v, "--ranks", 1); });
+  add("--id-file", "PATH",
+      "under mpirun or torchrun: the file through which rank 0\n"
+      "hands the unique id to the other ranks (shared file system)",
+      [&o](const std::string& v) { o.id_file = v; });
+  add("--datapath", "D", "auto, host or gpu: where the buffers live; default auto",
+      [&o](const std::string& v) { o.datapath = parse_datapath(v); });
+  add("--graph", "0|1",
+      "GPU datapath: capture 128 calls in a CUDA graph and time its\n"
+      "replays (-n rounds up to whole graphs; -w > 0: one untimed\n"
+      "replay first)",
+      [&o](const std::string& v) { o.graph = parse_int(v, "--graph", 0) != 0; });
+  add("--registered", "0|1",
+      "GPU datapath: buffers from ncclMemAlloc, registered with\n"
+      "ncclCommRegister (default 0: cudaMalloc)",
+      [&o](const std::string& v) { o.registered = parse_int(v, "--registered", 0) != 0; });
+  add("--host-time", "0|1",
+      "also time -n eager calls on the CPU clock without waiting for\n"
+      "them: the time spent in the ncclXxx entry point per call",
+      [&o](const std::string& v) { o.host_time = parse_int(v, "--host-time", 0) != 0; });
+  add("--timeout", "SECONDS", "longest wait for another rank, default 300",
+      [&o](const std::string& v) { o.timeout_s = parse_timeout(v); });
+}
 
 }  // namespace
 
@@ -99,101 +167,27 @@ std::vector<std::size_t> Options::sizes() const {
   return list;
 }
 
-const char* usage_text() {
-  return
-      "usage: purlin-perf [options]\n"
-      "  -b, --minbytes SIZE       smallest size (bytes; K, M, G suffixes), default 32M\n"
-      "  -e, --maxbytes SIZE       largest size, default 32M\n"
-      "  -f, --stepfactor N        multiply the size by N between rows, default 2\n"
-      "  -n, --iters N             timed iterations per row, default 20\n"
-      "  -w, --warmup_iters N      untimed iterations before them, default 5\n"
-      "  -c, --check 0|1           check results after timing, default 1\n"
-      "  -d, --datatype TYPE       int8 uint8 int32 uint32 int64 uint64 half float double\n"
-      "                            bfloat16 f8e4m3 f8e5m2, or all; default float\n"
-      "  -o, --op OP               sum prod max min avg premulsum, or all; default sum\n"
-      "  -r, --root N              root rank of broadcast, reduce, gather, scatter; default 0\n"
-      "      --collective NAME     all_reduce all_gather reduce_scatter alltoall broadcast\n"
-      "                            reduce gather scatter sendrecv, a comma-separated list of\n"
-      "                            them, or all; default all_reduce\n"
-      "      --json FILE           also write every row to FILE as JSON\n"
-      "      --ranks N             fork N ranks on this machine\n"
-      "      --id-file PATH        under mpirun or torchrun: the file through which rank 0\n"
-      "                            hands the unique id to the other ranks (shared file system)\n"
-      "      --datapath D          auto, host or gpu: where the buffers live; default auto\n"
-      "      --graph 0|1           GPU datapath: capture 128 calls in a CUDA graph and time its\n"
-      "                            replays (-n rounds up to whole graphs; -w > 0: one untimed\n"
-      "                            replay first)\n"
-      "      --registered 0|1      GPU datapath: buffers from ncclMemAlloc, registered with\n"
-      "                            ncclCommRegister (default 0: cudaMalloc)\n"
-      "      --host-time 0|1       also time -n eager calls on the CPU clock without waiting for\n"
-      "                            them: the time spent in the ncclXxx entry point per call\n"
-      "      --timeout SECONDS     longest wait for another rank, default 300\n"
-      "  -h, --help                this text\n";
+std::string usage_text() {
+  CLI::App app("purlin-perf: a benchmark in nccl-tests' form", "purlin-perf");
+  Options unused;
+  describe(app, unused);
+  return app.help();
 }
 
 Options parse_options(int argc, char** argv, bool* help) {
-  static const option kLong[] = {
-      {"minbytes", required_argument, nullptr, 'b'},
-      {"maxbytes", required_argument, nullptr, 'e'},
-      {"stepfactor", required_argument, nullptr, 'f'},
-      {"iters", required_argument, nullptr, 'n'},
-      {"warmup_iters", required_argument, nullptr, 'w'},
-      {"check", required_argument, nullptr, 'c'},
-      {"datatype", required_argument, nullptr, 'd'},
-      {"op", required_argument, nullptr, 'o'},
-      {"root", required_argument, nullptr, 'r'},
-      {"collective", required_argument, nullptr, kCollective},
-      {"json", required_argument, nullptr, kJson},
-      {"ranks", required_argument, nullptr, kRanks},
-      {"id-file", required_argument, nullptr, kIdFile},
-      {"datapath", required_argument, nullptr, kDatapath},
-      {"graph", required_argument, nullptr, kGraph},
-      {"timeout", required_argument, nullptr, kTimeout},
-      {"registered", required_argument, nullptr, kRegistered},
-      {"host-time", required_argument, nullptr, kHostTime},
-      {"help", no_argument, nullptr, 'h'},
-      {nullptr, 0, nullptr, 0}};
-
   Options o;
   *help = false;
   for (int i = 0; i < argc; ++i) o.args.emplace_back(argv[i]);
-  opterr = 0;
-  optind = 1;
-  int c;
-  while ((c = getopt_long(argc, argv, ":b:e:f:n:w:c:d:o:r:h", kLong, nullptr)) != -1) {
-    std::string_view arg = optarg != nullptr ? optarg : "";
-    switch (c) {
-      case 'b': o.min_bytes = parse_size_option(arg, "-b"); break;
-      case 'e': o.max_bytes = parse_size_option(arg, "-e"); break;
-      case 'f': o.step_factor = static_cast<std::size_t>(parse_int(arg, "-f", 2)); break;
-      case 'n': o.iters = parse_int(arg, "-n", 1); break;
-      case 'w': o.warmup_iters = parse_int(arg, "-w", 0); break;
-      case 'c': o.check = parse_int(arg, "-c", 0) != 0; break;
-      case 'd': o.types = parse_types(arg); break;
-      case 'o': o.ops = parse_ops(arg); break;
-      case 'r': o.root = parse_int(arg, "-r", 0); break;
-      case kCollective: o.collectives = parse_collectives(arg); break;
-      case kJson: o.json_path = arg; break;
-      case kRanks: o.fork_ranks = parse_int(arg, "--ranks", 1); break;
-      case kIdFile: o.id_file = arg; break;
-      case kDatapath: o.datapath = parse_datapath(arg); break;
-      case kGraph: o.graph = parse_int(arg, "--graph", 0) != 0; break;
-      case kRegistered: o.registered = parse_int(arg, "--registered", 0) != 0; break;
-      case kHostTime: o.host_time = parse_int(arg, "--host-time", 0) != 0; break;
-      case kTimeout: {
-        char* end = nullptr;
-        o.timeout_s = std::strtod(optarg, &end);
-        if (end == optarg || *end != '\0' || !(o.timeout_s > 0)) {
-          throw UsageError("--timeout: expected a positive number of seconds");
-        }
-        break;
-      }
-      case 'h': *help = true; return o;
-      case ':': throw UsageError(std::string("option ") + argv[optind - 1] + " needs a value");
-      default: throw UsageError(std::string("unknown option ") + argv[optind - 1]);
-    }
+  CLI::App app("purlin-perf: a benchmark in nccl-tests' form", "purlin-perf");
+  describe(app, o);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    *help = true;
+    return Options{};
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
   }
-  if (optind < argc) throw UsageError(std::string("unexpected argument '") + argv[optind] + "'");
   if (o.min_bytes == 0) throw UsageError("-b: the smallest size must be at least 1 byte");
   if (o.min_bytes > o.max_bytes) throw UsageError("-b is larger than -e");
   if (o.graph && o.datapath == DatapathChoice::host) {

@@ -46,6 +46,6 @@ struct UsageError : std::runtime_error {
 
 // Throws UsageError. `-h` / `--help` sets *help and returns defaults.
 Options parse_options(int argc, char** argv, bool* help);
-const char* usage_text();
+std::string usage_text();
 
 }  // namespace perf

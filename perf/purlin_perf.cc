@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
     return kExitFailed;
   }
   if (help) {
-    std::fputs(usage_text(), stdout);
+    std::fputs(usage_text().c_str(), stdout);
     return kExitOk;
   }
   return launch(options, [&](const RankContext& ctx) { return run_rank(options, ctx); });

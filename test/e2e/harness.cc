@@ -63,6 +63,8 @@ double parse_seconds(const char* argv0, const char* text) {
 
 }  // namespace
 
+// Five flags read by hand (--name=value too): not worth a parser library as a dependency of the
+// test binaries.
 Options parse_options(int argc, char** argv) {
   Options o;
   if (const char* f = std::getenv("E2E_FILTER")) split_filters(f, o.filters);

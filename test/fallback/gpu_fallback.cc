@@ -379,6 +379,8 @@ int main(int argc, char** argv) {
   loopback::use();
   int nranks = 1, hosts = 1, child_rank = -1;
   std::string ids;
+  // Four flags, each with a value, read by hand: not worth a parser library as a dependency of
+  // the test binaries.
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--ranks") nranks = std::atoi(argv[i + 1]);

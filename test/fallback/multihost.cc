@@ -621,6 +621,8 @@ int child(const Scenario& sc, int rank, const std::vector<ncclUniqueId>& ids, co
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   loopback::use();
+  // Seven flags read by hand, most of them the ones this binary passes to its own children: not
+  // worth a parser library as a dependency of the test binaries.
   std::string scenario, fake, fake_old, filter, child_rank, child_ids, wheel_root;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];

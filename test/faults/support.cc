@@ -51,6 +51,8 @@ int count_entries(const char* dir) {
 
 }  // namespace
 
+// Eight flags read by hand (--name=value too): not worth a parser library as a dependency of
+// the test binaries.
 Options parse_options(int argc, char** argv, Options o) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];

@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
   loopback::use();
   std::string header;
   std::vector<char*> rest = {argv[0]};
+  // One flag of its own taken out by hand; the rest go to faults::parse_options.
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--header" && i + 1 < argc) header = argv[++i];
     else rest.push_back(argv[i]);

@@ -573,6 +573,7 @@ int usable_gpus() {
 int main(int argc, char** argv) {
   loopback::use();
   Options o;
+  // Six flags read by hand: not worth a parser library as a dependency of the test binaries.
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--ranks" && i + 1 < argc) o.ranks = std::atoi(argv[++i]);

@@ -66,6 +66,16 @@ constexpr FallbackName kFallbackNames[] = {
     {"alltoallv", fallback_op::all_to_all_v},
 };
 
+// A count from lo to hi in variable `name`, into *out when set; any other value is ignored with a
+// WARN.
+void count_in(const char* name, int lo, int hi, int* out) {
+  const std::string text = env(name);
+  if (text.empty()) return;
+  const int v = std::atoi(text.c_str());
+  if (v >= lo && v <= hi) *out = v;
+  else log::warn("{}={} is not in {}..{}; ignored", name, text, lo, hi);
+}
+
 Config read_config() {
   Config c;
   c.debug = env("NCCL_DEBUG");
@@ -110,30 +120,10 @@ Config read_config() {
   c.cumem_disabled = env("PURLIN_CUMEM") == "0";
   c.policy_file = env("PURLIN_POLICY_FILE");
   c.stamps_path = env("PURLIN_STAMPS");
-  std::string slots = env("PURLIN_SLOTS");
-  if (!slots.empty()) {
-    int s = std::atoi(slots.c_str());
-    if (s >= 1 && s <= 64) c.slots = s;
-    else log::warn("PURLIN_SLOTS={} is not in 1..64; ignored", slots);
-  }
-  std::string channels = env("PURLIN_CHANNELS");
-  if (!channels.empty()) {
-    int v = std::atoi(channels.c_str());
-    if (v >= 1 && v <= 64) c.channels = v;
-    else log::warn("PURLIN_CHANNELS={} is not in 1..64; ignored", channels);
-  }
-  std::string poll_ns = env("PURLIN_EXCHANGE_POLL_NS");
-  if (!poll_ns.empty()) {
-    int v = std::atoi(poll_ns.c_str());
-    if (v >= 0 && v <= 100000 && poll_ns.find_first_not_of("0123456789") == std::string::npos) c.exchange_poll_ns = v;
-    else log::warn("PURLIN_EXCHANGE_POLL_NS={} is not in 0..100000; ignored", poll_ns);
-  }
-  std::string exchange_channels = env("PURLIN_EXCHANGE_CHANNELS");
-  if (!exchange_channels.empty()) {
-    int v = std::atoi(exchange_channels.c_str());
-    if (v >= 1 && v <= 64) c.exchange_channels = v;
-    else log::warn("PURLIN_EXCHANGE_CHANNELS={} is not in 1..64; ignored", exchange_channels);
-  }
+  count_in("PURLIN_SLOTS", 1, 64, &c.slots);
+  count_in("PURLIN_CHANNELS", 1, 64, &c.channels);
+  count_in("PURLIN_EXCHANGE_POLL_NS", 0, 100000, &c.exchange_poll_ns);
+  count_in("PURLIN_EXCHANGE_CHANNELS", 1, 64, &c.exchange_channels);
   return c;
 }
 
@@ -166,7 +156,8 @@ void log_config(const Config& c) {
   if (c.exchange_channel_bytes)
     log::info(log::kEnv, "PURLIN_EXCHANGE_CHANNEL_BYTES set by environment to {}", c.exchange_channel_bytes);
   if (c.exchange_channels) log::info(log::kEnv, "PURLIN_EXCHANGE_CHANNELS set by environment to {}", c.exchange_channels);
-  if (c.exchange_poll_ns >= 0) log::info(log::kEnv, "PURLIN_EXCHANGE_POLL_NS set by environment to {}", c.exchange_poll_ns);
+  if (c.exchange_poll_ns >= 0)
+    log::info(log::kEnv, "PURLIN_EXCHANGE_POLL_NS set by environment to {}", c.exchange_poll_ns);
   if (c.pdl_disabled) log::info(log::kEnv, "PURLIN_PDL=0: kernels launch without programmatic dependent launch");
   if (c.cumem_disabled) log::info(log::kEnv, "PURLIN_CUMEM=0: device memory is shared between processes by CUDA IPC");
   if (!c.policy_file.empty()) log::info(log::kEnv, "PURLIN_POLICY_FILE set by environment to {}", c.policy_file);

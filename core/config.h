@@ -64,7 +64,7 @@ struct Config {
   bool exchange_disabled = false;            // PURLIN_EXCHANGE_MAX_BYTES=none: no latency exchange
   std::uint64_t exchange_channel_bytes = 0;  // PURLIN_EXCHANGE_CHANNEL_BYTES: bytes of a message per exchange channel
   int exchange_channels = 0;                 // PURLIN_EXCHANGE_CHANNELS: the most CTAs of one exchange
-  int exchange_poll_ns = -1;                 // PURLIN_EXCHANGE_POLL_NS: sleep between polls that found nothing (-1: policy's)
+  int exchange_poll_ns = -1;                 // PURLIN_EXCHANGE_POLL_NS: sleep between empty polls (-1: not set)
   bool pdl_disabled = false;           // PURLIN_PDL=0: no programmatic dependent launch
   bool cumem_disabled = false;         // PURLIN_CUMEM=0: share device memory by legacy CUDA IPC only
   std::string policy_file;             // PURLIN_POLICY_FILE: a policy table (snac/policy.h) over the defaults

@@ -95,8 +95,10 @@ void apply(const PolicyEntry& e, Policy& p, int* channels) {
   if (e.slots > 0) p.slots = e.slots;
   if (e.latency_max_bytes >= 0) p.latency_max_bytes = static_cast<std::uint64_t>(e.latency_max_bytes);
   if (e.channel_bytes >= 0) p.channel_bytes = static_cast<std::uint64_t>(e.channel_bytes);
-  if (e.direct_max_bytes >= 0) p.direct_max_bytes = p.exchange_direct_max_bytes = static_cast<std::uint64_t>(e.direct_max_bytes);
-  if (e.exchange_direct_max_bytes >= 0) p.exchange_direct_max_bytes = static_cast<std::uint64_t>(e.exchange_direct_max_bytes);
+  if (e.direct_max_bytes >= 0)
+    p.direct_max_bytes = p.exchange_direct_max_bytes = static_cast<std::uint64_t>(e.direct_max_bytes);
+  if (e.exchange_direct_max_bytes >= 0)
+    p.exchange_direct_max_bytes = static_cast<std::uint64_t>(e.exchange_direct_max_bytes);
   if (e.broadcast_direct_max_bytes >= 0)
     p.broadcast_direct_max_bytes = static_cast<std::uint64_t>(e.broadcast_direct_max_bytes);
   if (e.channels > 0) *channels = e.channels;

@@ -8,9 +8,9 @@
 // comment. DATAPATH is sm or host, ARCH sm_XY (sm_90), SHARING the ranks on one GPU, NRANKS the
 // communicator's size; `*` matches anything. Keys: staging_bytes, chunk_bytes, slots,
 // latency_max_bytes, channels, channel_bytes, direct_max_bytes (AllReduce and Reduce),
-// exchange_direct_max_bytes (AllReduce in the latency exchange), broadcast_direct_max_bytes (sizes take K, M, G; `none` turns the latency path or a direct form
-// off). Of the entries that match, the one that names the
-// most fields wins, and among those the last. A line that does not parse is skipped with a WARN.
+// exchange_direct_max_bytes (AllReduce in the latency exchange), broadcast_direct_max_bytes (sizes
+// take K, M, G; `none` turns the latency path or a direct form off). Of the entries that match, the
+// one that names the most fields wins, and among those the last. A line that does not parse is skipped with a WARN.
 #pragma once
 
 #include <algorithm>

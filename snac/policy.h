@@ -27,7 +27,7 @@ struct Policy {
   std::uint64_t chunk_bytes = 0;       // largest chunk of the throughput path
   int slots = 0;                       // ring depth per lane
   std::uint64_t latency_max_bytes = 0; // per pair message; above it the throughput path serves
-  std::uint64_t packets_per_pair = 0;  // latency buffer per (phase, producer, parity), in packets
+  std::uint64_t packets_per_pair = 0;  // latency buffer per (phase, producer, buffer), in packets
   int workers = 1;                     // threads (host) or CTAs (GPU) per role: the most a call uses
   std::uint64_t channel_bytes = 0;     // SM: a call of uniform sizes takes one channel per this many bytes
   std::uint64_t direct_max_bytes = 0;  // AllReduce and Reduce up to this size: one direct reduce (0: never)

@@ -8,15 +8,18 @@
 // as the notification value, so a wait is always "at least q", never a reset.
 //
 //  - Latency path (a pair's message up to Context::latency_max bytes): the producer pushes 16-byte
-//    packets {8 data bytes, q} into the consumer's packet buffer of parity q % 2; stage and notify
-//    are one store. Before reusing a parity it waits for the consumer's ack of message q - 2.
+//    packets {8 data bytes, q} into the consumer's packet buffer q % kDepth; stage and notify are
+//    one store. Before reusing a buffer it waits for the consumer's ack of message q - kDepth.
 //  - Throughput path: the producer copies its contribution chunk by chunk into a ring of slots in its
 //    own staging (half chosen by its call parity) and notifies each consumer with q; consumers pull
 //    from the producer's staging and ack q into the producer's window. Slot j is reused for chunk
-//    j + slots only after every consumer acked chunk j. A later call stages over a region of a half
-//    only after the consumers that were sent messages in that region acked them (claim_region,
-//    end_call): a staged message that fits its ring lets its call end before the consumer's receive
-//    is posted, as NCCL's buffered sends do, and a chain of calls to other peers never waits on it.
+//    j + slots only after every consumer acked chunk j. A message to one consumer is placed in its
+//    lane after the pair's earlier messages still unreceived in the half (place_in_lane), and
+//    occupies only the bytes it uses; a later call stages over a region of a half only after the
+//    consumers that were sent messages in that region acked them (claim_region, end_call). So staged
+//    messages that fit their lane let their calls end before the consumer's receive is posted, up to
+//    kDepth per pair (the lane base slots), as NCCL's buffered sends do, and a chain of calls to
+//    other peers never waits on them.
 //
 // The layouts decide, at compile time, who produces, who consumes and what goes where:
 //  - a scattered input offers partition k to rank k only; a packed input offers itself to every
@@ -135,7 +138,8 @@ PURLIN_HD std::uint64_t lane_offset(const Context& ctx, const Lanes& l, int phas
 
 PURLIN_HD Packet* packets_of(const Context& ctx, int owner, int phase, int producer, std::uint64_t q) {
   std::uint64_t per_pair = ctx.geo.packets_per_pair;
-  std::uint64_t index = ((static_cast<std::uint64_t>(phase) * ctx.nranks + producer) * 2 + (q & 1)) * per_pair;
+  std::uint64_t index =
+      ((static_cast<std::uint64_t>(phase) * ctx.nranks + producer) * kDepth + q % kDepth) * per_pair;
   return ctx.win[owner].packets + index;
 }
 
@@ -145,8 +149,9 @@ PURLIN_HD std::uint64_t* slot_ack(const Context& ctx, int phase, int consumer) {
 PURLIN_HD std::uint64_t* ready_at(const Context& ctx, int consumer, int phase, int producer) {
   return ctx.win[consumer].ready + phase * ctx.nranks + producer;
 }
-PURLIN_HD std::uint64_t* lane_base_at(const Context& ctx, int consumer, int phase, int producer, std::uint64_t slot) {
-  return ctx.win[consumer].lane_base + (phase * ctx.nranks + producer) * 2 + (slot & 1);
+// The lane base slot of the staged message whose first chunk has sequence number `first`.
+PURLIN_HD std::uint64_t* lane_base_at(const Context& ctx, int consumer, int phase, int producer, std::uint64_t first) {
+  return ctx.win[consumer].lane_base + (phase * ctx.nranks + producer) * kDepth + first % kDepth;
 }
 PURLIN_HD std::uint64_t* ack_at(const Context& ctx, int producer, int phase, int consumer) {
   return ctx.win[producer].ack + phase * ctx.nranks + consumer;
@@ -206,8 +211,8 @@ PURLIN_HD bool latency_offer(const Context& ctx, const Call& call, int d, Offer*
 // writing its result in place (over this rank's input) is the last to be served.
 PURLIN_HD int served(const Context& ctx, int i) { return (ctx.rank + 1 + i) % ctx.nranks; }
 
-// Latency path: every packet message of this producer on `phase`, pushed in one batch. A parity of
-// a pair's packet buffer is reused only after the consumer acked the message two before.
+// Latency path: every packet message of this producer on `phase`, pushed in one batch. A pair's
+// packet buffer is reused only after the consumer acked the message kDepth before.
 template <class D, class Atom>
 PURLIN_HD Status push_messages(Atom& atom, const Context& ctx, const Call& call, int phase) {
   const int n = ctx.nranks;
@@ -215,9 +220,9 @@ PURLIN_HD Status push_messages(Atom& atom, const Context& ctx, const Call& call,
   PURLIN_TRY(atom.wait_each(n, [&](int i, std::uint64_t*& word, std::uint64_t& value) {
     const int d = served(ctx, i);
     Offer o;
-    if (!latency_offer<D>(ctx, call, d, &o) || tx[d] + 1 <= 2) return false;
+    if (!latency_offer<D>(ctx, call, d, &o) || tx[d] + 1 <= kDepth) return false;
     word = slot_ack(ctx, phase, d);
-    value = flag_word(tx[d] + 1 - 2);
+    value = flag_word(tx[d] + 1 - kDepth);
     return true;
   }));
   auto message = [&](int i, PacketPush& m) {
@@ -293,22 +298,47 @@ PURLIN_HD Status claim_region(Atom& atom, const Context& ctx, std::uint64_t span
   });
 }
 
-// Then, per consumer: make sure the consumer has read the lane base of the staged message two
-// before this one (the pair's messages take the two lane base slots in turn, so two of them may be
-// unreceived at once), publish this one's and note the region for the end of the call.
+// Then, per consumer: the message's first chunk is sequence number f of the pair, and its lane base
+// goes to slot f % kDepth. The slot's earlier user started at f - kDepth or before, so once the
+// consumer has acked f - kDepth it has read that lane base. Publish this one's and note the region
+// for the end of the call.
 template <class Atom>
 PURLIN_HD Status open_lane(Atom& atom, const Context& ctx, int phase, int consumer, std::uint64_t offset,
                            std::uint64_t span) {
   LocalState& st = *ctx.state;
-  const std::uint64_t slot = st.staged_tx[phase][consumer] & 1;
-  if (st.slot_first[slot][phase][consumer])
-    PURLIN_TRY(atom.wait(slot_ack(ctx, phase, consumer), flag_word(st.slot_first[slot][phase][consumer])));
-  atom.store_relaxed(lane_base_at(ctx, consumer, phase, ctx.rank, slot), offset);
-  atom.put(&st.lane_first[phase][consumer], st.tx[phase][consumer] + 1);
-  atom.put(&st.slot_first[slot][phase][consumer], st.tx[phase][consumer] + 1);
-  atom.put(&st.staged_tx[phase][consumer], st.staged_tx[phase][consumer] + 1);
+  const std::uint64_t first = st.tx[phase][consumer] + 1;
+  if (first > kDepth) PURLIN_TRY(atom.wait(slot_ack(ctx, phase, consumer), flag_word(first - kDepth)));
+  atom.store_relaxed(lane_base_at(ctx, consumer, phase, ctx.rank, first), offset);
+  atom.put(&st.lane_first[phase][consumer], first);
   atom.put(&st.staged[phase][consumer], span_union(st.staged[phase][consumer], span));
   return Status::ok;
+}
+
+// Bytes of its lane a staged message of `bytes` occupies: all of it while it fits the ring of
+// slots (chunk j at j * chunk), else the whole ring.
+PURLIN_HD std::uint64_t lane_bytes(const Lanes& l, std::uint64_t bytes) {
+  const std::uint64_t ring = static_cast<std::uint64_t>(l.slots) * l.chunk;
+  return bytes < ring ? (bytes + 255) / 256 * 256 : ring;
+}
+
+// Where in its lane (from the lane's start) a staged message of `used` bytes to one consumer goes:
+// just after the pair's messages of this half that the consumer may still be reading, so that
+// several such messages can wait for their receives at once; at the lane's start when they are
+// all read or the rest of the lane is too small (claim_region then waits for what it overlaps).
+PURLIN_HD std::uint64_t place_in_lane(const Context& ctx, const Lanes& l, int phase, int consumer,
+                                      std::uint64_t lane_start, std::uint64_t used) {
+  const LocalState& st = *ctx.state;
+  const std::uint64_t record = st.half_span[st.epoch & 1][phase][consumer];
+  if (record == 0) return 0;
+  const std::uint64_t start = lane_start % ctx.geo.staging_half, end = (record >> 32) * 256;
+  return end > start && end + used <= start + l.region ? end - start : 0;
+}
+
+// Where in this rank's staging offer o of the call goes. Its inputs (the half's records) change only
+// at the end of a call, so every look within the call agrees.
+PURLIN_HD std::uint64_t offer_offset(const Context& ctx, const Lanes& l, int phase, const Offer& o) {
+  const std::uint64_t start = lane_offset(ctx, l, phase, o.lane);
+  return o.consumer < 0 ? start : start + place_in_lane(ctx, l, phase, o.consumer, start, lane_bytes(l, o.bytes));
 }
 
 // Waits until every consumer of an offer has acked chunk j - slots of the message that started at
@@ -356,7 +386,7 @@ PURLIN_HD Status stage(Atom& atom, const Context& ctx, const Call& call, const L
     if (status != Status::ok || o.bytes == 0 || use_latency(ctx, o.bytes)) return;
     std::uint64_t chunks = ceil_div(o.bytes, l.chunk);
     if (chunks > max_chunks) max_chunks = chunks;
-    const std::uint64_t offset = lane_offset(ctx, l, phase, o.lane), span = span_of(ctx, offset, l.region);
+    const std::uint64_t offset = offer_offset(ctx, l, phase, o), span = span_of(ctx, offset, lane_bytes(l, o.bytes));
     status = claim_region(atom, ctx, span);
     for_each_consumer<D>(ctx, call, o, [&](int d) {
       if (status == Status::ok) status = open_lane(atom, ctx, phase, d, offset, span);
@@ -372,7 +402,7 @@ PURLIN_HD Status stage(Atom& atom, const Context& ctx, const Call& call, const L
       std::uint64_t len = o.bytes - begin < l.chunk ? o.bytes - begin : l.chunk;
       status = wait_slot<D>(atom, ctx, call, l, phase, o, j);
       if (status != Status::ok) return;
-      char* slot = ctx.win[ctx.rank].staging + lane_offset(ctx, l, phase, o.lane) + (j % l.slots) * l.chunk;
+      char* slot = ctx.win[ctx.rank].staging + offer_offset(ctx, l, phase, o) + (j % l.slots) * l.chunk;
       if constexpr (D::consume == Consume::reduce) atom.contribute(slot, o.src + begin, len);
       else atom.copy(slot, o.src + begin, len);
       notify_chunk<D>(atom, ctx, call, phase, o, j);
@@ -385,14 +415,11 @@ PURLIN_HD Status stage(Atom& atom, const Context& ctx, const Call& call, const L
 // ---------------------------------------------------------------------------------------------
 // Consume.
 
-// Where producer s's next staged message on `phase` starts in its staging (its first chunk is
-// notified), counted as received.
+// Where producer s's staged message on `phase` whose first chunk is sequence number `first` starts
+// in its staging (that chunk is notified).
 template <class Atom>
-PURLIN_HD std::uint64_t take_lane_base(Atom& atom, const Context& ctx, int phase, int s) {
-  std::uint64_t* count = &ctx.state->staged_rx[phase][s];
-  const std::uint64_t base = atom.load_relaxed(lane_base_at(ctx, ctx.rank, phase, s, *count));
-  atom.put(count, *count + 1);
-  return base;
+PURLIN_HD std::uint64_t take_lane_base(Atom& atom, const Context& ctx, int phase, int s, std::uint64_t first) {
+  return atom.load_relaxed(lane_base_at(ctx, ctx.rank, phase, s, first));
 }
 
 // Pull (or receive) chunk j of producer s's message (tag `tag`) on `phase`; returns the source pointer.
@@ -400,7 +427,7 @@ template <class Atom>
 PURLIN_HD Status acquire_chunk(Atom& atom, const Context& ctx, const Lanes& l, int phase, int s, std::uint64_t j,
                                std::uint64_t q0, std::uint64_t tag, std::uint64_t* base, const char** src) {
   PURLIN_TRY(atom.wait(ready_at(ctx, ctx.rank, phase, s), flag_word(q0 + j + 1, tag)));
-  if (j == 0) *base = take_lane_base(atom, ctx, phase, s);
+  if (j == 0) *base = take_lane_base(atom, ctx, phase, s, q0 + 1);
   *src = ctx.win[s].staging + *base + (j % l.slots) * l.chunk;
   return Status::ok;
 }
@@ -492,7 +519,7 @@ PURLIN_HD Status consume(Atom& atom, const Context& ctx, const Call& call, const
       nsrc = 0;
       for (int s = 0; s < n; ++s) {
         if (!consumes_from<D>(call, s)) continue;
-        if (j == 0) base[s] = take_lane_base(atom, ctx, phase, s);
+        if (j == 0) base[s] = take_lane_base(atom, ctx, phase, s, q0[s] + 1);
         srcs[nsrc++] = ctx.win[s].staging + base[s] + (j % l.slots) * l.chunk;
       }
       char* dst = packed_dst + begin;

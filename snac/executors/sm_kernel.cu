@@ -36,23 +36,15 @@ __device__ __forceinline__ void write_back(LocalState* dst, const LocalState* sr
     copy_words(dst->tx[0], src->tx[0], n);
     copy_words(dst->lane_first[0], src->lane_first[0], n);
     copy_words(dst->staged[0], src->staged[0], n);
-    copy_words(dst->staged_tx[0], src->staged_tx[0], n);
-    copy_words(dst->slot_first[0][0], src->slot_first[0][0], n);
-    copy_words(dst->slot_first[1][0], src->slot_first[1][0], n);
   } else if (role == Role::consume) {
     copy_words(dst->rx[0], src->rx[0], n);
-    copy_words(dst->staged_rx[0], src->staged_rx[0], n);
     if (composed) {
       copy_words(dst->tx[1], src->tx[1], n);
       copy_words(dst->lane_first[1], src->lane_first[1], n);
       copy_words(dst->staged[1], src->staged[1], n);
-      copy_words(dst->staged_tx[1], src->staged_tx[1], n);
-      copy_words(dst->slot_first[0][1], src->slot_first[0][1], n);
-      copy_words(dst->slot_first[1][1], src->slot_first[1][1], n);
     }
   } else {
     copy_words(dst->rx[1], src->rx[1], n);
-    copy_words(dst->staged_rx[1], src->staged_rx[1], n);
   }
 }
 

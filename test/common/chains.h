@@ -3,9 +3,10 @@
 //
 // A chain gives every rank its list of calls. NCCL completes a chain when each send either fits the
 // buffers between the pair (a small send finishes before its receive is posted) or meets its
-// receive. The model below grants a send that buffering only while no earlier message of the same
-// pair is still unreceived, and only up to `buffered_bytes`: less slack than NCCL's buffers give, so
-// every chain the model completes, NCCL completes too. Generated chains start from a global order
+// receive. The model below grants a send that buffering only while fewer than `depth` earlier
+// messages of the same pair are still unreceived, and only up to `buffered_bytes`: no more slack than
+// NCCL's buffers give (its sends of up to 64 KiB finish into the steps of the connection's buffer,
+// NCCL_STEPS = 8), so every chain the model completes, NCCL completes too. Generated chains start from a global order
 // of messages (each rank posts its part in that order, which completes even without buffering) and
 // then move calls of a rank ahead of others where the model still completes: sends posted before
 // receives that other ranks are waiting on, the shape that needs buffering.
@@ -30,9 +31,11 @@ struct P2p {
 using Chain = std::vector<std::vector<P2p>>;  // per rank, in posting order
 
 inline constexpr std::size_t kBufferedBytes = std::size_t{64} << 10;
+inline constexpr std::size_t kBufferedDepth = 8;
 
 // Whether every rank reaches the end of its list under the model above.
-inline bool completes(const Chain& chain, std::size_t buffered_bytes = kBufferedBytes) {
+inline bool completes(const Chain& chain, std::size_t buffered_bytes = kBufferedBytes,
+                      std::size_t depth = kBufferedDepth) {
   const int n = static_cast<int>(chain.size());
   std::vector<std::size_t> pos(static_cast<std::size_t>(n), 0);
   std::vector<std::deque<std::uint32_t>> unreceived(static_cast<std::size_t>(n * n));  // [src * n + dst]
@@ -47,13 +50,12 @@ inline bool completes(const Chain& chain, std::size_t buffered_bytes = kBuffered
       if (!op) continue;
       if (op->send) {
         auto& pair = unreceived[static_cast<std::size_t>(r * n + op->peer)];
-        if (!pair.empty()) continue;
         const P2p* other = current(op->peer);
-        if (op->count * 4 <= buffered_bytes) {
+        if (op->count * 4 <= buffered_bytes && pair.size() < depth) {
           pair.push_back(op->id);
           ++pos[static_cast<std::size_t>(r)];
           progress = true;
-        } else if (other && !other->send && other->peer == r && other->id == op->id) {
+        } else if (pair.empty() && other && !other->send && other->peer == r && other->id == op->id) {
           ++pos[static_cast<std::size_t>(r)];
           ++pos[static_cast<std::size_t>(op->peer)];
           progress = true;
@@ -98,6 +100,30 @@ inline Chain two_buffered_chain(int nranks) {
   return c;
 }
 
+// `depth` buffered sends from A to B unreceived at once, in consecutive calls, small (the latency
+// path) and 64 KiB (staged) in turn, with sends from A to C between them when there are three
+// ranks: B first sends A 8 MiB (more than a ring holds: it meets A's receive, which A posts only
+// after all of its sends), then receives A's messages.
+inline Chain deep_chain(int nranks, std::size_t depth = kBufferedDepth) {
+  constexpr std::size_t small = 300, staged = (std::size_t{64} << 10) / 4, large = (std::size_t{8} << 20) / 4;
+  Chain c(static_cast<std::size_t>(nranks));
+  if (nranks < 2) return c;
+  std::uint32_t id = 0;
+  const std::uint32_t back = id++;
+  for (std::size_t k = 0; k < depth; ++k) {
+    const std::size_t count = k % 2 ? staged : small;
+    c[0].push_back({true, 1, count, id});
+    c[1].push_back({false, 0, count, id++});
+    if (nranks >= 3 && k % 3 == 0) {
+      c[0].push_back({true, 2, staged, id});
+      c[2].push_back({false, 0, staged, id++});
+    }
+  }
+  c[0].push_back({false, 1, large, back});
+  c[1].insert(c[1].begin(), {true, 0, large, back});
+  return c;
+}
+
 // A random chain among `nranks` ranks that the model completes: 4 to 12 messages between distinct
 // ranks, each of 300 elements (the latency path), 64 KiB (staged, buffered) or 8 MiB (more than a
 // ring holds: it meets its receive).
@@ -130,8 +156,11 @@ inline Chain random_chain(std::uint64_t seed, int nranks) {
 }
 
 // Whether a chain completes only thanks to buffered staged sends (it would not if only the small
-// latency-path messages, 300 elements, were buffered): the chains the generator exists for.
-inline bool needs_buffering(const Chain& chain) { return completes(chain) && !completes(chain, 300 * 4); }
+// latency-path messages, 300 elements, were buffered, or only one message per pair): the chains the
+// generator exists for.
+inline bool needs_buffering(const Chain& chain) {
+  return completes(chain) && (!completes(chain, 300 * 4) || !completes(chain, kBufferedBytes, 2));
+}
 
 // Element i of message `id`.
 inline std::uint32_t element(std::uint32_t id, std::size_t i) {

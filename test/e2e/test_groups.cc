@@ -525,6 +525,7 @@ void run_all(RankEnv& env) {
   if (cx.n() >= 4) ran += run_case(env.report, "Chain/readme", [&] { run_chain(cx, chains::readme_chain(cx.n())); });
   if (cx.n() >= 3)
     ran += run_case(env.report, "Chain/two_buffered", [&] { run_chain(cx, chains::two_buffered_chain(cx.n())); });
+  if (cx.n() >= 2) ran += run_case(env.report, "Chain/deep", [&] { run_chain(cx, chains::deep_chain(cx.n())); });
   // Seeds whose chains need buffering, the first few from a fixed walk (the same on every rank).
   for (std::uint64_t seed = 1, found = 0; cx.n() >= 2 && found < 6 && seed < 1000; ++seed) {
     const chains::Chain chain = chains::random_chain(seed, cx.n());

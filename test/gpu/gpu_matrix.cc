@@ -433,12 +433,13 @@ std::vector<Case> cases(const Options& o, int n) {
 
 // ---- Chains of separate Send/Recv calls (test/common/chains.h) ----------------------------------
 
-// The chain of README's former limitation (4 ranks or more) and random chains that complete only
-// because small sends are buffered; the same on every rank.
+// The chain of README's former limitation (4 ranks or more), eight buffered sends to one peer, and
+// random chains that complete only because sends are buffered; the same on every rank.
 std::vector<chains::Chain> chain_set(int n) {
   std::vector<chains::Chain> out;
   if (n >= 4) out.push_back(chains::readme_chain(n));
   if (n >= 3) out.push_back(chains::two_buffered_chain(n));
+  if (n >= 2) out.push_back(chains::deep_chain(n));
   for (std::uint64_t seed = 1, found = 0; n >= 2 && found < 3 && seed < 1000; ++seed) {
     chains::Chain c = chains::random_chain(seed, n);
     if (!chains::needs_buffering(c)) continue;

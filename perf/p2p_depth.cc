@@ -120,7 +120,9 @@ int rank_main(Shared* sh, int me, const std::vector<std::size_t>& sizes, int mos
       }
       if (!meet(sh, me, ++step)) return 1;
       if (me == 1) {
-        if (!ok(cudaMemset(buf, 0xa5, bytes * static_cast<std::size_t>(k)), "cudaMemset")) return 1;
+        // On the rank's stream: a cudaMemset would not be ordered before the receives of a
+        // non-blocking stream.
+        if (!ok(cudaMemsetAsync(buf, 0xa5, bytes * static_cast<std::size_t>(k), stream), "cudaMemsetAsync")) return 1;
         for (int m = 0; m < k; ++m)
           if (!ok(ncclRecv(buf + static_cast<std::size_t>(m) * bytes, bytes, ncclInt8, 0, comm, stream), "ncclRecv"))
             return 1;

@@ -100,7 +100,7 @@ concept AtomExchanges = requires(A& a, char* dst, const char* self, std::uint64_
   { a.fold(dst, bytes, 0, self, 1, recv) } -> std::same_as<Status>;
 };
 
-// What snac/protocol.h's roles use.
+// What the roles of snac/protocol/ (stage.h, consume.h) use.
 template <class A>
 concept SnacAtom = AtomCopies<A> && AtomFlags<A> && AtomPackets<A>;
 

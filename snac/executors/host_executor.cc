@@ -21,7 +21,7 @@
 #include "snac/dispatch.h"
 #include "snac/executor.h"
 #include "snac/executors/datapaths.h"
-#include "snac/protocol.h"
+#include "snac/protocol/call.h"
 #include "snac/protocol/exchange.h"
 
 namespace purlin::snac {

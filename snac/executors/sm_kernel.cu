@@ -7,7 +7,7 @@
 #include "snac/dispatch.h"
 #include "snac/executors/sm_kernel.h"
 #include "snac/executors/sm_launch.cuh"
-#include "snac/protocol.h"
+#include "snac/protocol/call.h"
 
 namespace purlin::snac {
 namespace {
@@ -27,7 +27,7 @@ __device__ __forceinline__ void copy_words(std::uint64_t* dst, const std::uint64
   for (int i = threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
 }
 
-// The parts of LocalState a role writes during a call (see snac/protocol.h): the stage role F's
+// The parts of LocalState a role writes during a call (see snac/protocol/): the stage role F's
 // producer counters; the consume role F's consumer counters and, in a composition, G's producer
 // counters; the gather role G's consumer counters.
 __device__ __forceinline__ void write_back(LocalState* dst, const LocalState* src, Role role, bool composed) {

@@ -21,7 +21,7 @@
 // epochs agree across ranks. It is the packets' flag (with the message's tag), so no counter is
 // copied in and out per call and nothing is reset.
 //
-// Layouts decide, at compile time, what goes where (as in snac/protocol.h): a scattered input sends
+// Layouts decide, at compile time, what goes where (as in snac/protocol/messages.h): a scattered input sends
 // partition d to rank d, a packed one its whole self to every consumer; a packed reduce output
 // folds every producer's contribution in rank order 0..n-1 (this rank's own read straight from its
 // input), scattered and transposed outputs take producer s's message into partition s, a packed copy
@@ -41,7 +41,7 @@
 #include "core/hd.h"
 #include "core/status.h"
 #include "snac/call.h"
-#include "snac/protocol.h"
+#include "snac/protocol/call.h"
 
 namespace purlin::snac {
 

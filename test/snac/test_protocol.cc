@@ -43,7 +43,7 @@
 #include "collectives/send_recv.h"
 #include "core/types.h"
 #include "snac/call.h"
-#include "snac/protocol.h"
+#include "snac/protocol/call.h"
 #include "snac/window.h"
 #include "test/catch.h"
 

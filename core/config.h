@@ -11,7 +11,7 @@ namespace purlin {
 enum class DatapathChoice { automatic, sm, host };
 
 // The operations PURLIN_FALLBACK can forward to the real NCCL, as bits of Config::fallback_ops. Bit k
-// is the k-th operation of snac::CollKind (snac/hierarchy.cc asserts it from snac/collective_list.h).
+// is the k-th operation of snac::CollKind (snac/runtime/hierarchy.cc asserts it from snac/collective_list.h).
 namespace fallback_op {
 inline constexpr std::uint32_t all_reduce = 1u << 0;
 inline constexpr std::uint32_t broadcast = 1u << 1;
@@ -48,7 +48,7 @@ struct Config {
   std::string host_id;                                  // PURLIN_HOST_ID: overrides host identity (tests)
   std::string nccl_library;                             // PURLIN_NCCL_LIBRARY: the real NCCL to load
   std::uint32_t fallback_ops = 0;                       // PURLIN_FALLBACK: fallback_op bits forwarded to it
-  // Policy overrides (0 / empty: use the policy table). See snac/policy.h.
+  // Policy overrides (0 / empty: use the policy table). See snac/runtime/policy.h.
   std::uint64_t chunk_bytes = 0;       // PURLIN_CHUNK_BYTES
   std::uint64_t staging_bytes = 0;     // PURLIN_STAGING_BYTES
   std::uint64_t latency_max_bytes = 0; // PURLIN_LATENCY_MAX_BYTES (crossover; 0 keeps the table's)
@@ -67,7 +67,7 @@ struct Config {
   int exchange_poll_ns = -1;                 // PURLIN_EXCHANGE_POLL_NS: sleep between empty polls (-1: not set)
   bool pdl_disabled = false;           // PURLIN_PDL=0: no programmatic dependent launch
   bool cumem_disabled = false;         // PURLIN_CUMEM=0: share device memory by legacy CUDA IPC only
-  std::string policy_file;             // PURLIN_POLICY_FILE: a policy table (snac/policy.h) over the defaults
+  std::string policy_file;             // PURLIN_POLICY_FILE: a policy table (snac/runtime/policy.h) over the defaults
   std::string stamps_path;             // PURLIN_STAMPS: where the GPU exchange writes its per-call timestamps
 };
 

@@ -2,7 +2,7 @@
 // datapath declines them or one of their operations, and for the operations PURLIN_FALLBACK names.
 // It keeps a real NCCL communicator of all ranks (its unique id travels over our bootstrap, so the
 // caller still passes one ncclUniqueId) and, across hosts with the same number of ranks on each, one
-// per rail for the hierarchical collectives (snac/hierarchy.h); the ranks of this rank's host keep
+// per rail for the hierarchical collectives (snac/runtime/hierarchy.h); the ranks of this rank's host keep
 // a Purlin communicator of their own. A communicator that needs none of this has no Fallback, and
 // nothing of the real NCCL is loaded for it.
 #pragma once
@@ -16,8 +16,8 @@
 #include "core/status.h"
 #include "nccl_shim/real_nccl.h"
 #include "nccl_shim/shim.h"
-#include "snac/communicator.h"
-#include "snac/hierarchy.h"
+#include "snac/runtime/communicator.h"
+#include "snac/runtime/hierarchy.h"
 
 namespace purlin::shim {
 

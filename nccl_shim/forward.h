@@ -11,7 +11,7 @@
 
 #include "core/status.h"
 #include "nccl_shim/real_nccl.h"
-#include "snac/communicator.h"
+#include "snac/runtime/communicator.h"
 #include "snac/op.h"
 
 namespace purlin::shim {

@@ -8,7 +8,7 @@
 #include <functional>
 
 #include "nccl_shim/shim.h"
-#include "snac/communicator.h"
+#include "snac/runtime/communicator.h"
 #include "snac/op.h"
 
 namespace purlin::shim {

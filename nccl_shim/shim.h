@@ -15,7 +15,7 @@
 
 #include "core/status.h"
 #include "core/types.h"
-#include "snac/communicator.h"
+#include "snac/runtime/communicator.h"
 
 namespace purlin::shim {
 class Fallback;  // nccl_shim/fallback.h

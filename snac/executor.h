@@ -8,7 +8,7 @@
 #include "core/bootstrap.h"
 #include "core/status.h"
 #include "snac/op.h"
-#include "snac/policy.h"
+#include "snac/runtime/policy.h"
 
 namespace purlin::snac {
 

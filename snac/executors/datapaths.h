@@ -11,7 +11,7 @@
 
 #include "core/status.h"
 #include "snac/executor.h"
-#include "snac/policy.h"
+#include "snac/runtime/policy.h"
 
 namespace purlin::snac {
 

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "core/config.h"
-#include "snac/hierarchy.h"
-#include "snac/hosts.h"
+#include "snac/runtime/hierarchy.h"
+#include "snac/runtime/hosts.h"
 #include "test/catch.h"
 
 using namespace purlin;

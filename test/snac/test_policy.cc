@@ -1,10 +1,10 @@
-// Policy tables (snac/policy.h): parsing, the choice among matching entries, and a file given by
+// Policy tables (snac/runtime/policy.h): parsing, the choice among matching entries, and a file given by
 // PURLIN_POLICY_FILE (this test's meson entry points it at policy_example.txt).
 #include <string>
 #include <vector>
 
 #include "snac/executors/datapaths.h"
-#include "snac/policy.h"
+#include "snac/runtime/policy.h"
 #include "test/catch.h"
 
 using purlin::snac::host_policy_recipe;

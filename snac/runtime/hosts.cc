@@ -1,4 +1,4 @@
-#include "snac/hosts.h"
+#include "snac/runtime/hosts.h"
 
 #include <unordered_map>
 

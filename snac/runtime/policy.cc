@@ -1,4 +1,4 @@
-#include "snac/policy.h"
+#include "snac/runtime/policy.h"
 
 #include <algorithm>
 #include <fstream>

@@ -19,7 +19,7 @@
 #include "core/bootstrap.h"
 #include "core/status.h"
 #include "snac/executor.h"
-#include "snac/hosts.h"
+#include "snac/runtime/hosts.h"
 #include "snac/op.h"
 
 namespace purlin::snac {

@@ -1,4 +1,4 @@
-#include "snac/hierarchy.h"
+#include "snac/runtime/hierarchy.h"
 
 #include <algorithm>
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "snac/hosts.h"
+#include "snac/runtime/hosts.h"
 #include "snac/op.h"
 
 namespace purlin::snac {

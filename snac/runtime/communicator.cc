@@ -1,4 +1,4 @@
-#include "snac/communicator.h"
+#include "snac/runtime/communicator.h"
 
 #include <algorithm>
 #include <array>

@@ -18,7 +18,7 @@ namespace purlin::snac {
 // folds are compiled for (void: any, chosen at run time).
 // At most kExchangeMaxThreads threads of 128 registers (half a multiprocessor's register file at
 // most, and a quarter for the 128 threads of a 1 KiB message): the CTAs of every rank sharing the GPU
-// must be resident beside the generic kernels' (snac/policy.cc keeps room), never a multiprocessor
+// must be resident beside the generic kernels' (snac/executors/sm_datapath.cc keeps room), never a multiprocessor
 // each. With 64 the one-word form spilled its packets to local memory.
 template <class D, class Fixed>
 __global__ void __launch_bounds__(kExchangeMaxThreads, 2) exchange_kernel(const __grid_constant__ ExchangeArgs a) {

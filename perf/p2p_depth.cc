@@ -26,6 +26,9 @@
 #include <thread>
 #include <vector>
 
+#include "nccl_check.h"
+#include "reference.h"
+
 namespace {
 
 struct Shared {
@@ -39,11 +42,6 @@ struct Shared {
 bool ok(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return true;
   std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-  return false;
-}
-bool ok(ncclResult_t r, const char* what) {
-  if (r == ncclSuccess) return true;
-  std::fprintf(stderr, "%s: %s\n", what, ncclGetErrorString(r));
   return false;
 }
 
@@ -71,19 +69,18 @@ bool drains(cudaStream_t s, double seconds) {
 }
 
 std::uint8_t content(std::size_t message, std::size_t i) {
-  std::uint64_t x = (static_cast<std::uint64_t>(message) << 40 | i) * 0x9e3779b97f4a7c15ull;
-  return static_cast<std::uint8_t>(x >> 56);
+  return static_cast<std::uint8_t>(perf::mix(static_cast<std::uint64_t>(message) << 40 | i));
 }
 
-int rank_main(Shared* sh, int me, const std::vector<std::size_t>& sizes, int most, double wait_s) {
+int run_rank(Shared* sh, int me, const std::vector<std::size_t>& sizes, int most, double wait_s) {
   if (me == 0) {
-    if (!ok(ncclGetUniqueId(&sh->id), "ncclGetUniqueId")) return 1;
+    perf::check_nccl(ncclGetUniqueId(&sh->id), "ncclGetUniqueId");
     sh->id_ready.store(1);
   }
   while (!sh->id_ready.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (!ok(cudaSetDevice(0), "cudaSetDevice")) return 1;
   ncclComm_t comm;
-  if (!ok(ncclCommInitRank(&comm, 2, sh->id, me), "ncclCommInitRank")) return 1;
+  perf::check_nccl(ncclCommInitRank(&comm, 2, sh->id, me), "ncclCommInitRank");
   cudaStream_t stream;
   if (!ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate")) return 1;
   std::size_t largest = 0;
@@ -98,9 +95,9 @@ int rank_main(Shared* sh, int me, const std::vector<std::size_t>& sizes, int mos
     // Warm up the pair in both directions (connections are set up on first use).
     for (int dir = 0; dir < 2; ++dir) {
       const bool send = (dir == 0) == (me == 0);
-      ncclResult_t r = send ? ncclSend(buf, bytes, ncclInt8, 1 - me, comm, stream)
-                            : ncclRecv(buf, bytes, ncclInt8, 1 - me, comm, stream);
-      if (!ok(r, "warm-up") || !drains(stream, 60)) return 1;
+      perf::check_nccl(send ? ncclSend(buf, bytes, ncclInt8, 1 - me, comm, stream)
+                            : ncclRecv(buf, bytes, ncclInt8, 1 - me, comm, stream), "warm-up", comm);
+      if (!drains(stream, 60)) return 1;
     }
     int depth = 0;
     std::string seen;
@@ -114,8 +111,8 @@ int rank_main(Shared* sh, int me, const std::vector<std::size_t>& sizes, int mos
         if (!ok(cudaMemcpy(buf, host.data(), bytes * static_cast<std::size_t>(k), cudaMemcpyHostToDevice), "cudaMemcpy"))
           return 1;
         for (int m = 0; m < k; ++m)
-          if (!ok(ncclSend(buf + static_cast<std::size_t>(m) * bytes, bytes, ncclInt8, 1, comm, stream), "ncclSend"))
-            return 1;
+          perf::check_nccl(ncclSend(buf + static_cast<std::size_t>(m) * bytes, bytes, ncclInt8, 1, comm, stream),
+                           "ncclSend", comm);
         finished = drains(stream, wait_s);
       }
       if (!meet(sh, me, ++step)) return 1;
@@ -124,8 +121,8 @@ int rank_main(Shared* sh, int me, const std::vector<std::size_t>& sizes, int mos
         // non-blocking stream.
         if (!ok(cudaMemsetAsync(buf, 0xa5, bytes * static_cast<std::size_t>(k), stream), "cudaMemsetAsync")) return 1;
         for (int m = 0; m < k; ++m)
-          if (!ok(ncclRecv(buf + static_cast<std::size_t>(m) * bytes, bytes, ncclInt8, 0, comm, stream), "ncclRecv"))
-            return 1;
+          perf::check_nccl(ncclRecv(buf + static_cast<std::size_t>(m) * bytes, bytes, ncclInt8, 0, comm, stream),
+                           "ncclRecv", comm);
       }
       if (!drains(stream, 60)) {
         std::fprintf(stderr, "rank %d: %zu B, k = %d: the stream did not drain after the receives were posted\n", me,
@@ -159,6 +156,17 @@ int rank_main(Shared* sh, int me, const std::vector<std::size_t>& sizes, int mos
   cudaFree(buf);
   ncclCommDestroy(comm);
   return status;
+}
+
+// One rank; a failed NCCL call ends it with its message and stops the peer's waits.
+int rank_main(Shared* sh, int me, const std::vector<std::size_t>& sizes, int most, double wait_s) {
+  try {
+    return run_rank(sh, me, sizes, most, wait_s);
+  } catch (const perf::NcclError& e) {
+    std::fprintf(stderr, "rank %d: %s\n", me, e.what());
+    sh->failed.store(1);
+    return 1;
+  }
 }
 
 }  // namespace

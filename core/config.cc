@@ -117,6 +117,12 @@ Config read_config() {
   bound_or_none("PURLIN_EXCHANGE_MAX_BYTES", &c.exchange_max_bytes, &c.exchange_disabled);
   c.exchange_channel_bytes = bytes_or("PURLIN_EXCHANGE_CHANNEL_BYTES", env("PURLIN_EXCHANGE_CHANNEL_BYTES"));
   c.pdl_disabled = env("PURLIN_PDL") == "0";
+  if (const std::string t = env("PURLIN_PDL_TRIGGER"); !t.empty()) {
+    if (t == "start") c.pdl_trigger = 0;
+    else if (t == "last") c.pdl_trigger = 1;
+    else if (t == "exit") c.pdl_trigger = 2;
+    else log::warn("PURLIN_PDL_TRIGGER={}: not start, last or exit; ignored", t);
+  }
   c.cumem_disabled = env("PURLIN_CUMEM") == "0";
   c.policy_file = env("PURLIN_POLICY_FILE");
   c.stamps_path = env("PURLIN_STAMPS");
@@ -159,6 +165,9 @@ void log_config(const Config& c) {
   if (c.exchange_poll_ns >= 0)
     log::info(log::kEnv, "PURLIN_EXCHANGE_POLL_NS set by environment to {}", c.exchange_poll_ns);
   if (c.pdl_disabled) log::info(log::kEnv, "PURLIN_PDL=0: kernels launch without programmatic dependent launch");
+  if (c.pdl_trigger >= 0)
+    log::info(log::kEnv, "PURLIN_PDL_TRIGGER set by environment to {}",
+              c.pdl_trigger == 0 ? "start" : c.pdl_trigger == 1 ? "last" : "exit");
   if (c.cumem_disabled) log::info(log::kEnv, "PURLIN_CUMEM=0: device memory is shared between processes by CUDA IPC");
   if (!c.policy_file.empty()) log::info(log::kEnv, "PURLIN_POLICY_FILE set by environment to {}", c.policy_file);
   if (!c.stamps_path.empty()) log::info(log::kEnv, "PURLIN_STAMPS set by environment to {}", c.stamps_path);

@@ -87,10 +87,14 @@ struct LLTables {
 // expects; the first step then waits for that kernel to complete, reads the channel's epoch word
 // and, when it holds the expected epoch less one, takes the call's epoch and goes on (otherwise
 // ll_restart: the tables are built again for the epoch the word holds).
+// Where the next kernel may launch (griddepcontrol.launch_dependents): at the first phase's start
+// (`at_start`), or after the pushes of phase `phase` (none: past the last phase, at the kernel's end).
 struct LLStart {
   bool pdl = false;
   std::uint64_t* epoch = nullptr;  // the channel's epoch word (calls so far)
   std::uint64_t expected = 0;      // the epoch the tables were built for
+  bool at_start = true;
+  int phase = 0;
 };
 inline constexpr int ll_restart = -1;
 
@@ -212,6 +216,7 @@ class LLAtom {
     if (copy_.bytes)
       for (std::uint64_t p = threadIdx.x; p * 8 < copy_.bytes; p += blockDim.x)
         store_word(copy_.dst, p, copy_.bytes, load_word(copy_.src, p, copy_.bytes));
+    pushed();
     stamp();
     int result = 0;
     if (fold_dst == nullptr) {
@@ -264,8 +269,16 @@ class LLAtom {
   // before).
   __device__ Status agreed(int result) {
     const Status s = agree(result);
+    ++phase_;
     stamp();
     return s;
+  }
+
+  // After a phase's pushes: the next kernel may launch now if LLStart says so for this phase.
+  __device__ void pushed() const {
+#if __CUDA_ARCH__ >= 900
+    if (start_.pdl && !start_.at_start && start_.phase == phase_) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   }
 
   struct NoFold {};
@@ -314,6 +327,7 @@ class LLAtom {
       st_ll(m.dst + p, ll_word(ll_word_data(w), m.flag), ll_word(static_cast<std::uint32_t>(w >> 32), m.flag));
     }
     if (dst == nullptr && copy_.bytes && p * 8 < copy_.bytes) store_word(copy_.dst, p, copy_.bytes, own);
+    pushed();
     stamp();
     // Word p of every message to take, awaited together.
     unsigned pending = 0;
@@ -383,7 +397,7 @@ class LLAtom {
     // The next kernel of the stream may launch now: it builds its tables while this one runs, and
     // waits for this one to complete before it touches anything this one writes.
 #if __CUDA_ARCH__ >= 900
-    if (start_.pdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (start_.pdl && start_.at_start) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
     stamp();
     return t_->start;
@@ -585,6 +599,7 @@ class LLAtom {
   std::uint64_t begin_;
   Copy copy_{};
   int sends_ = 0, recvs_ = 0;
+  int phase_ = 0;  // phases ended so far
   bool scale_ = false;
   bool started_ = false;
 };

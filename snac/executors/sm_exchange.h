@@ -77,6 +77,7 @@ struct ExchangeArgs {
   ReduceOp op{};
   atom::SmGuard guard{};
   bool pdl = false;
+  int trigger = 0;                    // where the next kernel may launch: Config::pdl_trigger
   std::uint64_t* stamps = nullptr;    // [kExchangeStampCalls][kExchangeStamps], or none
 };
 

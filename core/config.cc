@@ -118,9 +118,9 @@ Config read_config() {
   c.exchange_channel_bytes = bytes_or("PURLIN_EXCHANGE_CHANNEL_BYTES", env("PURLIN_EXCHANGE_CHANNEL_BYTES"));
   c.pdl_disabled = env("PURLIN_PDL") == "0";
   if (const std::string t = env("PURLIN_PDL_TRIGGER"); !t.empty()) {
-    if (t == "start") c.pdl_trigger = 0;
-    else if (t == "last") c.pdl_trigger = 1;
-    else if (t == "exit") c.pdl_trigger = 2;
+    if (t == "start") c.pdl_trigger = PdlTrigger::start;
+    else if (t == "last") c.pdl_trigger = PdlTrigger::last;
+    else if (t == "exit") c.pdl_trigger = PdlTrigger::exit;
     else log::warn("PURLIN_PDL_TRIGGER={}: not start, last or exit; ignored", t);
   }
   c.cumem_disabled = env("PURLIN_CUMEM") == "0";
@@ -165,9 +165,8 @@ void log_config(const Config& c) {
   if (c.exchange_poll_ns >= 0)
     log::info(log::kEnv, "PURLIN_EXCHANGE_POLL_NS set by environment to {}", c.exchange_poll_ns);
   if (c.pdl_disabled) log::info(log::kEnv, "PURLIN_PDL=0: kernels launch without programmatic dependent launch");
-  if (c.pdl_trigger >= 0)
-    log::info(log::kEnv, "PURLIN_PDL_TRIGGER set by environment to {}",
-              c.pdl_trigger == 0 ? "start" : c.pdl_trigger == 1 ? "last" : "exit");
+  if (c.pdl_trigger != PdlTrigger::start)
+    log::info(log::kEnv, "PURLIN_PDL_TRIGGER set by environment to {}", c.pdl_trigger == PdlTrigger::last ? "last" : "exit");
   if (c.cumem_disabled) log::info(log::kEnv, "PURLIN_CUMEM=0: device memory is shared between processes by CUDA IPC");
   if (!c.policy_file.empty()) log::info(log::kEnv, "PURLIN_POLICY_FILE set by environment to {}", c.policy_file);
   if (!c.stamps_path.empty()) log::info(log::kEnv, "PURLIN_STAMPS set by environment to {}", c.stamps_path);

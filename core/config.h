@@ -28,6 +28,10 @@ inline constexpr std::uint32_t all_to_all_v = 1u << 11;
 inline constexpr std::uint32_t all = (1u << 12) - 1;
 }  // namespace fallback_op
 
+// Where the latency exchange lets the next kernel of its stream launch: at its first phase's start,
+// after its last phase's pushes, or when it ends.
+enum class PdlTrigger : int { start, last, exit };
+
 struct Config {
   // NCCL's variables users already set.
   std::string debug;             // NCCL_DEBUG
@@ -66,9 +70,7 @@ struct Config {
   int exchange_channels = 0;                 // PURLIN_EXCHANGE_CHANNELS: the most CTAs of one exchange
   int exchange_poll_ns = -1;                 // PURLIN_EXCHANGE_POLL_NS: sleep between empty polls (-1: not set)
   bool pdl_disabled = false;           // PURLIN_PDL=0: no programmatic dependent launch
-  // PURLIN_PDL_TRIGGER: where the latency exchange lets the next kernel of its stream launch
-  // (0 start: at its first phase's start; 1 last: after its last phase's pushes; 2 exit: when it ends)
-  int pdl_trigger = -1;
+  PdlTrigger pdl_trigger = PdlTrigger::start;  // PURLIN_PDL_TRIGGER
   bool cumem_disabled = false;         // PURLIN_CUMEM=0: share device memory by legacy CUDA IPC only
   std::string policy_file;             // PURLIN_POLICY_FILE: a policy table (snac/runtime/policy.h) over the defaults
   std::string stamps_path;             // PURLIN_STAMPS: where the GPU exchange writes its per-call timestamps

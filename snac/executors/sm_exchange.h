@@ -9,6 +9,7 @@
 
 #include "atom/ll_packet.h"
 #include "atom/sm/sm_guard.h"
+#include "core/config.h"
 #include "core/hd.h"
 #include "core/types.h"
 #include "snac/call.h"
@@ -77,7 +78,7 @@ struct ExchangeArgs {
   ReduceOp op{};
   atom::SmGuard guard{};
   bool pdl = false;
-  int trigger = 0;                    // where the next kernel may launch: Config::pdl_trigger
+  PdlTrigger trigger = PdlTrigger::start;  // where the next kernel may launch
   std::uint64_t* stamps = nullptr;    // [kExchangeStampCalls][kExchangeStamps], or none
 };
 

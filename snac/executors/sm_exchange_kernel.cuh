@@ -56,15 +56,16 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) exchange_kernel(const 
   call.in = in;
   call.out = out;
   Status s;
-  // The next kernel launches at the first phase's start, after the last phase's pushes, or at the end.
+  // The next kernel launches at the first phase's start, after the last phase's pushes, or at the end
+  // (after no phase's).
   constexpr int last = D::composed ? 1 : 0;
-  const atom::LLStart start{a.pdl, a.epoch + c, 0, a.trigger == 0, a.trigger == 1 ? last : last + 1};
+  const bool at_start = a.trigger == PdlTrigger::start;
+  const int after = a.trigger == PdlTrigger::last ? last : last + 1;
   for (;;) {
     const ExchangeContext x{a.rank, n, c, expected, a.box_packets, inbox};
-    atom::LLStart from = start;
-    from.expected = expected;
-    atom::LLAtom<Fixed, D::consume == coll::Consume::reduce> atom(a.type, a.op, a.guard, &words, &tables, from,
-                                                                  stamps ? stamps + 2 : nullptr);
+    atom::LLAtom<Fixed, D::consume == coll::Consume::reduce> atom(
+        a.type, a.op, a.guard, &words, &tables, atom::LLStart{a.pdl, a.epoch + c, expected, at_start, after},
+        stamps ? stamps + 2 : nullptr);
     s = exchange_call<D>(atom, x, call);
     if (static_cast<int>(s) != atom::ll_restart) break;
     // Built for another epoch than the word holds: again, for that one (the wait is behind us).

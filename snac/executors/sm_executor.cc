@@ -188,7 +188,7 @@ class SmExecutor final : public Executor {
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_);
     args_.pdl = major >= 9 && !config().pdl_disabled;
     xargs_.pdl = args_.pdl;
-    xargs_.trigger = config().pdl_trigger >= 0 ? config().pdl_trigger : 0;
+    xargs_.trigger = config().pdl_trigger;
     log::info(log::kInit,
               "SM datapath: rank {}/{} on device {}, {} channels x {} B windows shared by {}, policy {}, flags at {} "
               "scope{}",

@@ -42,6 +42,14 @@ constexpr Span uniform_split(std::uint64_t count, int n, int k, std::uint64_t al
   return {offset, std::min(per, count - offset)};
 }
 
+// The alignment of the shards a composed collective cuts its buffers into (AllReduce, Broadcast,
+// Reduce; within a host, the hierarchical plans): every non-empty shard starts on a 256-byte
+// boundary, which suits the vector accesses of every datapath. In elements of `elem_bytes`.
+inline constexpr std::uint64_t kShardAlignBytes = 256;
+constexpr std::uint64_t shard_align_elems(std::uint64_t elem_bytes) {
+  return elem_bytes == 0 || elem_bytes >= kShardAlignBytes ? 1 : kShardAlignBytes / elem_bytes;
+}
+
 // The partitions of one rank's buffers for one call. For a composed declaration Compose<F, G>,
 // mid is F's output at this rank, which G consumes in place as its input; plain declarations leave
 // it empty. Moves name offsets in the rank's input buffer (in) and its output buffer (out).

@@ -2,7 +2,6 @@
 // user's buffers under the collective's declaration, hand it to the group.
 #include <cstring>
 
-#include "collectives/geometry.h"
 #include "nccl_shim/argcheck.h"
 #include "nccl_shim/group.h"
 #include "nccl_shim/shim.h"
@@ -13,9 +12,6 @@ namespace {
 using snac::CollKind;
 using snac::Op;
 using snac::Part;
-
-// Shards of composed collectives start on 256-byte boundaries (vector-friendly on every datapath).
-constexpr std::uint64_t kShardAlignBytes = 256;
 
 char* at(const void* base, std::uint64_t elems, std::size_t es) {
   return const_cast<char*>(static_cast<const char*>(base)) + elems * es;
@@ -28,15 +24,10 @@ std::vector<Part> even_parts(const void* base, std::size_t count, int n, std::si
   return parts;
 }
 
-// The shards a composed collective splits `count` elements into.
-std::vector<Part> shard_parts(const void* base, std::size_t count, int n, std::size_t es) {
-  std::vector<Part> parts(static_cast<std::size_t>(n));
-  std::uint64_t align = std::max<std::uint64_t>(1, kShardAlignBytes / es);
-  for (int k = 0; k < n; ++k) {
-    coll::Span s = coll::uniform_split(count, n, k, align);
-    parts[k] = Part{at(base, s.offset, es), s.count * es};
-  }
-  return parts;
+// A whole buffer of `count` elements: how AllReduce, Broadcast and Reduce are handed over (SNAC's
+// plan picks their form and cuts the shards, snac/runtime/plan.h).
+std::vector<Part> whole(const void* base, std::size_t count, std::size_t es) {
+  return {Part{at(base, 0, es), count * es}};
 }
 
 Op make_op(CollKind kind, DataType type, const ReduceOp& rop, int root) {
@@ -63,12 +54,10 @@ NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size
   c.op = op;
   if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
   if (count == 0) return ncclSuccess;
-  const int n = comm->nranks;
   const std::size_t es = size_of(t);
   Op o = make_op(snac::CollKind::all_reduce, t, r, -1);
-  o.in = shard_parts(sendbuff, count, n, es);
-  o.out = shard_parts(recvbuff, count, n, es);
-  o.mid_bytes = o.out[comm->rank].bytes;
+  o.in = whole(sendbuff, count, es);
+  o.out = whole(recvbuff, count, es);
   return enqueue(comm, std::move(o), stream);
 }
 
@@ -84,12 +73,11 @@ ncclResult_t broadcast(const char* fn, const void* sendbuff, void* recvbuff, siz
   c.send_needed = comm && is_live(comm) && comm->rank == root;
   if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
   if (count == 0) return ncclSuccess;
-  const int n = comm->nranks;
   const std::size_t es = size_of(t);
   Op o = make_op(snac::CollKind::broadcast, t, r, root);
-  o.in = comm->rank == root ? shard_parts(sendbuff, count, n, es) : std::vector<Part>(n, Part{nullptr, 0});
-  o.out = shard_parts(recvbuff, count, n, es);
-  o.mid_bytes = o.out[comm->rank].bytes;
+  // Away from the root the input gives nothing.
+  o.in = comm->rank == root ? whole(sendbuff, count, es) : std::vector<Part>{Part{nullptr, 0}};
+  o.out = whole(recvbuff, count, es);
   return enqueue(comm, std::move(o), stream);
 }
 }  // namespace
@@ -116,13 +104,11 @@ NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t 
   c.recv_needed = comm && is_live(comm) && comm->rank == root;
   if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
   if (count == 0) return ncclSuccess;
-  const int n = comm->nranks;
   const std::size_t es = size_of(t);
   Op o = make_op(snac::CollKind::reduce, t, r, root);
-  o.in = shard_parts(sendbuff, count, n, es);
-  // Only the root keeps the result; elsewhere the output names sizes only.
-  o.out = shard_parts(comm->rank == root ? recvbuff : nullptr, count, n, es);
-  o.mid_bytes = o.out[comm->rank].bytes;
+  o.in = whole(sendbuff, count, es);
+  // Only the root keeps the result; elsewhere the output names its size only.
+  o.out = whole(comm->rank == root ? recvbuff : nullptr, count, es);
   return enqueue(comm, std::move(o), stream);
 }
 

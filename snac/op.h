@@ -1,5 +1,7 @@
-// One collective handed to SNAC: which declaration, and the run-time values (buffers split into
-// partitions, type, reduction, root). The shim fills it; an executor runs it.
+// One collective handed to SNAC: which declaration, and the run-time values (the buffers as the
+// declaration partitions them, type, reduction, root). The shim fills it, handing AllReduce, Broadcast
+// and Reduce over whole (one part per side); SNAC's plan gives them their form (snac/runtime/plan.h);
+// an executor runs it.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +32,7 @@ struct Op {
   ReduceOp op{};
   std::vector<Part> in;     // scattered input: nranks parts; packed: 1
   std::vector<Part> out;    // scattered/transposed output: nranks parts; packed: 1
-  std::uint64_t mid_bytes = 0;
+  std::uint64_t mid_bytes = 0;  // composed forms: this rank's intermediate (set by the plan)
   // The input overlaps the output where partitions may land before they are read (in-place
   // AllToAll): the executor reads the input from a private copy.
   bool copy_input = false;

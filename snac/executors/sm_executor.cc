@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "collectives/geometry.h"
 #include "core/config.h"
 #include "core/cuda_memory.h"
 #include "core/fd_passing.h"
@@ -325,8 +326,8 @@ class SmExecutor final : public Executor {
       u.elem = static_cast<std::uint32_t>(size_of(op.type));
       if (form == Form::shards) {
         for (const Part& p : parts) u.bytes += p.bytes;
-        // The shim's shards start on 256-byte boundaries (nccl_shim/api_coll.cc).
-        u.align_elems = std::max<std::uint64_t>(1, 256 / u.elem);
+        // The plan's shards (snac/runtime/communicator.cc), as coll::uniform_split cuts them.
+        u.align_elems = coll::shard_align_elems(u.elem);
       } else {
         u.bytes = parts.front().bytes;
       }

@@ -15,6 +15,7 @@
 #include "core/topology.h"
 #include "core/cuda_probe.h"
 #include "snac/executors/datapaths.h"
+#include "snac/runtime/plan.h"
 #include "snac/window.h"
 
 namespace purlin::snac {
@@ -295,47 +296,6 @@ void Communicator::revoke() {
 
 namespace {
 
-// The form a collective runs in. An AllReduce, Broadcast or Reduce within the policy's direct bound
-// (Broadcast has its own) runs as one exchange of whole buffers (coll::AllReduceDirect, BroadcastDirect,
-// ReduceDirect) instead of two of shards. The reductions of both forms fold in rank order, so the
-// result is the same bits. Every rank sees the same total and policy, so all pick the same form.
-Op plan(const Op& op, const Policy& policy) {
-  CollKind kind;
-  DirectOf of;
-  switch (op.kind) {
-    case CollKind::all_reduce:
-      kind = CollKind::all_reduce_direct;
-      of = DirectOf::all_reduce;
-      break;
-    case CollKind::broadcast:
-      kind = CollKind::broadcast_direct;
-      of = DirectOf::broadcast;
-      break;
-    case CollKind::reduce:
-      kind = CollKind::reduce_direct;
-      of = DirectOf::reduce;
-      break;
-    default: return op;
-  }
-  if (op.in.empty() || op.out.empty()) return op;
-  // The whole buffer's size: the output's for Broadcast (the input is the root's only), the
-  // input's for Reduce (the output is the root's only).
-  std::uint64_t total = 0, shard = 0;
-  for (const Part& p : op.kind == CollKind::reduce ? op.in : op.out) {
-    total += p.bytes;
-    shard = std::max(shard, p.bytes);
-  }
-  if (!runs_direct(policy, of, total, shard)) return op;
-  Op direct;
-  direct.kind = kind;
-  direct.root = op.root;
-  direct.type = op.type;
-  direct.op = op.op;
-  direct.in = {Part{op.in.front().ptr, total}};
-  direct.out = {Part{op.out.front().ptr, total}};
-  return direct;
-}
-
 // With one rank every collective leaves its input in its output, unless the reduction scales it
 // (PreMulSum): a copy, or nothing in place, as NCCL does. Reductions of one source in the datapath
 // convert through the accumulation type and back, which gives the same bits; PreMulSum runs the
@@ -366,8 +326,10 @@ Status Communicator::execute(const std::vector<Op>& ops, const std::vector<PeerO
   // With one rank, a call that is a copy (one_rank_copy) is only that copy.
   const bool alone = nranks_ == 1;
   auto copy = [&](const Op& op) { return executor_->copy_local(op.out[0].ptr, op.in[0].ptr, op.in[0].bytes, stream); };
+  // The planned form of a call, kept per thread so that its parts' storage is reused.
+  thread_local Op planned;
   for (const Op& op : ops) {
-    Status s = alone && one_rank_copy(op) ? copy(op) : executor_->execute(plan(op, policy_), stream);
+    Status s = alone && one_rank_copy(op) ? copy(op) : executor_->execute(plan(op, rank_, nranks_, policy_, &planned), stream);
     if (s != Status::ok) return failed_with(s);
   }
   if (p2p.empty()) return Status::ok;

@@ -4,14 +4,11 @@
 
 #include <fmt/format.h>
 
-#include "collectives/geometry.h"
 #include "core/config.h"
+#include "snac/runtime/plan.h"
 
 namespace purlin::snac {
 namespace {
-
-// Shards start on 256-byte boundaries, as the shim's composed collectives do.
-constexpr std::uint64_t kShardAlignBytes = 256;
 
 // core/config.h's PURLIN_FALLBACK bits follow the user kinds of snac/collective_list.h.
 #define PURLIN_FALLBACK_BIT_user(kind) \
@@ -30,14 +27,10 @@ std::uint64_t total(const std::vector<Part>& parts) {
   return bytes;
 }
 
-// The host's shards of `count` elements at `base`, one per local rank.
+// The host's shards of `count` elements at `base`, one per local rank (the plan's cut).
 std::vector<Part> shards(char* base, std::uint64_t count, int local_ranks, std::size_t es) {
-  std::vector<Part> parts(static_cast<std::size_t>(local_ranks));
-  const std::uint64_t align = std::max<std::uint64_t>(1, kShardAlignBytes / es);
-  for (int k = 0; k < local_ranks; ++k) {
-    coll::Span s = coll::uniform_split(count, local_ranks, k, align);
-    parts[k] = Part{base ? base + s.offset * es : nullptr, s.count * es};
-  }
+  std::vector<Part> parts;
+  cut_shards(Part{base, count * es}, local_ranks, es, &parts);
   return parts;
 }
 

@@ -117,6 +117,7 @@ Config read_config() {
   bound_or_none("PURLIN_EXCHANGE_MAX_BYTES", &c.exchange_max_bytes, &c.exchange_disabled);
   c.exchange_channel_bytes = bytes_or("PURLIN_EXCHANGE_CHANNEL_BYTES", env("PURLIN_EXCHANGE_CHANNEL_BYTES"));
   c.pdl_disabled = env("PURLIN_PDL") == "0";
+  c.exchange_lean_disabled = env("PURLIN_EXCHANGE_LEAN") == "0";
   if (const std::string t = env("PURLIN_PDL_TRIGGER"); !t.empty()) {
     if (t == "start") c.pdl_trigger = PdlTrigger::start;
     else if (t == "last") c.pdl_trigger = PdlTrigger::last;
@@ -165,6 +166,7 @@ void log_config(const Config& c) {
   if (c.exchange_poll_ns >= 0)
     log::info(log::kEnv, "PURLIN_EXCHANGE_POLL_NS set by environment to {}", c.exchange_poll_ns);
   if (c.pdl_disabled) log::info(log::kEnv, "PURLIN_PDL=0: kernels launch without programmatic dependent launch");
+  if (c.exchange_lean_disabled) log::info(log::kEnv, "PURLIN_EXCHANGE_LEAN=0: the latency exchange runs its kernels of every form");
   if (c.pdl_trigger != PdlTrigger::start)
     log::info(log::kEnv, "PURLIN_PDL_TRIGGER set by environment to {}", c.pdl_trigger == PdlTrigger::last ? "last" : "exit");
   if (c.cumem_disabled) log::info(log::kEnv, "PURLIN_CUMEM=0: device memory is shared between processes by CUDA IPC");

@@ -71,6 +71,7 @@ struct Config {
   int exchange_poll_ns = -1;                 // PURLIN_EXCHANGE_POLL_NS: sleep between empty polls (-1: not set)
   bool pdl_disabled = false;           // PURLIN_PDL=0: no programmatic dependent launch
   PdlTrigger pdl_trigger = PdlTrigger::start;  // PURLIN_PDL_TRIGGER
+  bool exchange_lean_disabled = false;  // PURLIN_EXCHANGE_LEAN=0: the exchange's kernels of every form only
   bool cumem_disabled = false;         // PURLIN_CUMEM=0: share device memory by legacy CUDA IPC only
   std::string policy_file;             // PURLIN_POLICY_FILE: a policy table (snac/runtime/policy.h) over the defaults
   std::string stamps_path;             // PURLIN_STAMPS: where the GPU exchange writes its per-call timestamps

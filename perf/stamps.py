@@ -5,7 +5,10 @@ Each rank's file PREFIX.RANK has one line per call of channel 0: the call's epoc
 nanoseconds: [0] the kernel's entry, [1] the start of its work (before the tables), [2] the end
 of the start (the previous kernel complete, the epoch checked), [3] thread 0's pushes of the first
 phase issued, [4] its receive or fold done, [5] the whole CTA's (every thread's words arrived),
-[6] [7] [8] the same for a second phase (0 when none), [9] the end. Calls are grouped into windows
+[6] [7] [8] the same for a second phase (0 when none), [9] the end; then, in the one-word form, thread
+0's finer stamps of each of the first two phases: [10] its tables agreed, [11] its loads arrived,
+[12] the start behind them (the first phase; the second repeats [11]), and [13] [14] [15] for the
+second phase. Calls are grouped into windows
 of epochs (--window, e.g. one size of an nccl-tests run) and each step's median printed per rank.
 
 Usage: stamps.py PREFIX [--window FIRST:LAST ...]

@@ -97,6 +97,8 @@ struct LLStart {
   int phase = 0;
 };
 inline constexpr int ll_restart = -1;
+// Where an LLAtom's finer stamps start, from the stamps it is given (LLAtom::detail).
+inline constexpr int kLLDetailStamps = 8;
 
 // `Fixed` (a Reducer<T, K>, or void): the one type and operator the folds are compiled for, or, with
 // void, every one, chosen at run time. `Reduces`: whether the kernel has reductions at all (a copy's
@@ -106,8 +108,17 @@ inline constexpr int ll_restart = -1;
 // that follows runs the whole phase, so that everything but the data waits for no one: the tables
 // are built before the previous kernel has completed, and every load of a thread's words is in
 // flight at once (a load per word, then a store per word, would pay the memory's latency per word).
-template <class Fixed = void, bool Reduces = true>
+//
+// `Slots` (2, 4 or 8; 0: every form): the lean kernel of a launch whose every phase fits the
+// one-word form with at most that many message slots (the launch knows: a thread per word of a
+// channel's slice, n <= Slots). Only that form is compiled, for that many slots: on one H200 the
+// kernel with every form was 45,000 instructions and more, and a phase whose code is not yet in
+// the instruction caches waits for it to be fetched. A phase that does not fit (which the launch
+// rules out) stops with internal_error.
+template <class Fixed = void, bool Reduces = true, int Slots = 0>
 class LLAtom {
+  static_assert(Slots == 0 || Slots == 2 || Slots == 4 || Slots == kLLGroup, "the one-word form's slot counts");
+  static_assert(Slots == 0 || !(Reduces && std::is_void_v<Fixed>), "a lean kernel folds with a fixed Reducer");
  public:
   static constexpr int kGroup = kLLGroup;
 
@@ -115,6 +126,7 @@ class LLAtom {
   __device__ LLAtom(DataType type, const ReduceOp& op, SmGuard guard, SmCtaWords* cta, LLTables* tables,
                     const LLStart& start, std::uint64_t* stamps = nullptr)
       : type_(type), op_(op), guard_(guard), cta_(cta), t_(tables), start_(start), stamps_(stamps),
+        detail_(stamps ? stamps + kLLDetailStamps : nullptr),
         begin_(global_ns()) {}
 
   // The messages f(d, LLSend&) names, pushed by the next receive() or fold(). `reduces`: they are
@@ -197,6 +209,17 @@ class LLAtom {
       t_->recvs = live;
     }
     __syncthreads();
+    detail(0);
+    if constexpr (Slots > 0) {
+      if (sends_ > Slots || recvs_ > Slots || !one_word(fold_dst, fold_bytes)) return agreed(static_cast<int>(Status::internal_error));
+      return run_one_word(fold_dst, fold_bytes, me, self);
+    } else {
+      return run_any(fold_dst, fold_bytes, me, self);
+    }
+  }
+
+  // run() in a kernel of every form: the one-word form where it fits, else the batched one.
+  __device__ Status run_any(char* fold_dst, std::uint64_t fold_bytes, int me, const char* self) {
     // The one-word form is compiled into the kernels of one type and operator and of copies; the
     // kernels for any type and operator keep the batched form (one per pair would multiply their
     // build, which is already the longest).
@@ -287,10 +310,14 @@ class LLAtom {
   // slot's words live in registers, and a form for fewer slots needs fewer of them.
   template <class R, class Scale>
   __device__ int one_word_by_slots(const R& r, const Scale& scale, char* dst, std::uint64_t bytes, int me, const char* self) {
-    const int slots = sends_ > recvs_ ? sends_ : recvs_;
-    if (slots <= 2) return one_word_phase<2>(r, scale, dst, bytes, me, self);
-    if (slots <= 4) return one_word_phase<4>(r, scale, dst, bytes, me, self);
-    return one_word_phase<kGroup>(r, scale, dst, bytes, me, self);
+    if constexpr (Slots > 0) {
+      return one_word_phase<Slots>(r, scale, dst, bytes, me, self);
+    } else {
+      const int slots = sends_ > recvs_ ? sends_ : recvs_;
+      if (slots <= 2) return one_word_phase<2>(r, scale, dst, bytes, me, self);
+      if (slots <= 4) return one_word_phase<4>(r, scale, dst, bytes, me, self);
+      return one_word_phase<kGroup>(r, scale, dst, bytes, me, self);
+    }
   }
 
   // One phase in the one-word form for thread p = threadIdx.x. R: the fold's Reducer (NoFold for a
@@ -316,8 +343,10 @@ class LLAtom {
     const char* own_src = dst ? self : copy_.src;
     const std::uint64_t own_bytes = dst ? bytes : copy_.bytes;
     const std::uint64_t own = own_src && p * 8 < own_bytes ? load_word(own_src, p, own_bytes) : 0;
+    detail(1, v[0] ^ v[M - 1] ^ own);
     if (first)
       if (int b = begin()) return b;
+    detail(2);
 #pragma unroll
     for (int d = 0; d < M; ++d) {
       if (d >= sends_ || !t_->send_live[d]) continue;
@@ -587,6 +616,17 @@ class LLAtom {
   __device__ void stamp() {
     if (stamps_ && threadIdx.x == 0) *stamps_++ = global_ns();
   }
+  // Thread 0's finer stamps of the one-word form, three per phase (the first two phases) after the
+  // ones stamp() writes: k = 0 its tables agreed, 1 its loads arrived (`dep`, a loaded value, is
+  // waited for before the clock is read), 2 the start behind it (first phase) or the same.
+  __device__ void detail(int k, std::uint64_t dep = 0) const {
+    if (detail_ && threadIdx.x == 0 && phase_ < 2) {
+      std::uint64_t t;
+      asm volatile("{\n\t.reg .u64 z;\n\tand.b64 z, %1, 0;\n\tmov.u64 %0, %%globaltimer;\n\tadd.u64 %0, %0, z;\n\t}"
+                   : "=l"(t) : "l"(dep) : "memory");
+      detail_[phase_ * 3 + k] = t;
+    }
+  }
   __device__ int stop(int s, bool report = true) const { return cta_stop(guard_, cta_, s, report); }
 
   DataType type_;
@@ -596,6 +636,7 @@ class LLAtom {
   LLTables* t_;
   LLStart start_;
   std::uint64_t* stamps_;
+  std::uint64_t* detail_;
   std::uint64_t begin_;
   Copy copy_{};
   int sends_ = 0, recvs_ = 0;

@@ -53,6 +53,30 @@ bool exchange_serves(CollKind kind) {
   }
 }
 
+int exchange_lean_slots(CollKind kind, const ExchangeArgs& a, std::uint64_t slice_packets, int threads) {
+  // The one-word form needs a thread per word of every message (atom::LLAtom's one_word).
+  if (config().exchange_lean_disabled || slice_packets > static_cast<std::uint64_t>(threads)) return 0;
+  int most = 4;  // a copy's kernel has the one-word form up to 4 slots
+  switch (kind) {
+    case CollKind::all_reduce:
+    case CollKind::all_reduce_direct:
+    case CollKind::reduce_scatter:
+    case CollKind::reduce_direct:
+      if (exchange_fold(a.type, a.op) == ExchangeFold::any) return 0;  // no one-word form
+      most = kExchangeLeanMaxSlots;
+      break;
+    case CollKind::all_gather:
+    case CollKind::all_to_all:
+    case CollKind::broadcast_direct:
+    case CollKind::gather:
+    case CollKind::scatter: break;
+    default: return 0;
+  }
+  for (int slots : {2, 4, kExchangeLeanMaxSlots})
+    if (slots <= most && a.nranks <= slots) return slots;
+  return 0;
+}
+
 cudaError_t launch_exchange(CollKind kind, const ExchangeArgs& a, int threads, cudaStream_t stream) {
   switch (kind) {
     case CollKind::all_reduce: return launch_reduction<coll::AllReduce>(a, threads, stream);

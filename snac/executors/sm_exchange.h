@@ -6,9 +6,11 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "atom/ll_packet.h"
 #include "atom/sm/sm_guard.h"
+#include "collectives/declaration.h"
 #include "core/config.h"
 #include "core/hd.h"
 #include "core/types.h"
@@ -22,8 +24,10 @@ inline constexpr int kExchangeMaxThreads = 256;
 inline constexpr int kExchangeMaxChannels = 64;
 // With PURLIN_STAMPS: globaltimer stamps of channel 0 per call (entry, start of work, the end of each
 // Atom step: the start, then per phase thread 0's pushes, its receive or fold and the whole CTA's;
-// the end), in a ring of the last kExchangeStampCalls calls.
-inline constexpr int kExchangeStamps = 10;
+// the end; then atom::LLAtom's finer stamps of the one-word form, three per phase), in a ring of the
+// last kExchangeStampCalls calls.
+inline constexpr int kExchangeStamps = 16;
+inline constexpr int kExchangeEndStamp = 9;
 inline constexpr int kExchangeStampCalls = 4096;
 
 // One side (input or output) of a uniform call, from which the kernel derives part k of n: a
@@ -79,6 +83,7 @@ struct ExchangeArgs {
   atom::SmGuard guard{};
   bool pdl = false;
   PdlTrigger trigger = PdlTrigger::start;  // where the next kernel may launch
+  int slots = 0;                      // 0: the kernel of every form; 2, 4, 8: the lean one (exchange_lean_slots)
   std::uint64_t* stamps = nullptr;    // [kExchangeStampCalls][kExchangeStamps], or none
 };
 
@@ -91,6 +96,22 @@ ExchangeFold exchange_fold(DataType type, const ReduceOp& op);
 // as for atom::LLAtom.
 template <class D, class Fixed>
 cudaError_t launch_exchange(const ExchangeArgs& a, int threads, cudaStream_t stream);
+
+// The lean kernels (atom::LLAtom's `Slots`): the one-word form alone, for a launch with a thread per
+// word of its largest slice and at most `Slots` ranks. They exist for the kernels that have the
+// one-word form (one type and operator, or a copy) and, for copies, up to 4 slots: a copy's kernel
+// with more keeps the batched form.
+inline constexpr int kExchangeLeanMaxSlots = 8;
+template <class D, class Fixed>
+constexpr bool exchange_has_lean() {
+  return !(D::consume == coll::Consume::reduce && std::is_void_v<Fixed>);
+}
+template <class D, class Fixed, int Slots>
+cudaError_t launch_lean(const ExchangeArgs& a, int threads, cudaStream_t stream);
+
+// The slots of the lean kernel for a launch of `kind` (its type and operator in a) whose largest
+// slice is `slice_packets` packets, with `threads` threads; 0 where the kernel of every form runs.
+int exchange_lean_slots(CollKind kind, const ExchangeArgs& a, std::uint64_t slice_packets, int threads);
 
 // The same for the run-time kind (one of those exchange_serves() accepts).
 cudaError_t launch_exchange(CollKind kind, const ExchangeArgs& a, int threads, cudaStream_t stream);

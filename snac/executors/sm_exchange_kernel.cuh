@@ -19,8 +19,9 @@ namespace purlin::snac {
 // At most kExchangeMaxThreads threads of 128 registers (half a multiprocessor's register file at
 // most, and a quarter for the 128 threads of a 1 KiB message): the CTAs of every rank sharing the GPU
 // must be resident beside the generic kernels' (snac/executors/sm_datapath.cc keeps room), never a multiprocessor
-// each. With 64 the one-word form spilled its packets to local memory.
-template <class D, class Fixed>
+// each. With 64 the one-word form spilled its packets to local memory. `Slots`: 0, or the lean
+// kernel of atom::LLAtom for launches whose ExchangeArgs::slots says so.
+template <class D, class Fixed, int Slots>
 __global__ void __launch_bounds__(kExchangeMaxThreads, 2) exchange_kernel(const __grid_constant__ ExchangeArgs a) {
   __shared__ Part in[kMaxRanks];
   __shared__ Part out[kMaxRanks];
@@ -63,7 +64,7 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) exchange_kernel(const 
   const int after = a.trigger == PdlTrigger::last ? last : last + 1;
   for (;;) {
     const ExchangeContext x{a.rank, n, c, expected, a.box_packets, inbox};
-    atom::LLAtom<Fixed, D::consume == coll::Consume::reduce> atom(
+    atom::LLAtom<Fixed, D::consume == coll::Consume::reduce, Slots> atom(
         a.type, a.op, a.guard, &words, &tables, atom::LLStart{a.pdl, a.epoch + c, expected, at_start, after},
         stamps ? stamps + 2 : nullptr);
     s = exchange_call<D>(atom, x, call);
@@ -73,7 +74,7 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) exchange_kernel(const 
     if (threadIdx.x == 0) expected = *static_cast<volatile std::uint64_t*>(a.epoch + c) + 1;
     __syncthreads();
   }
-  if (stamps && threadIdx.x == 0) stamps[kExchangeStamps - 1] = atom::global_ns();
+  if (stamps && threadIdx.x == 0) stamps[kExchangeEndStamp] = atom::global_ns();
   // A mismatch stops the peers too: their waits watch their fault words.
   if (s == Status::invalid_usage)
     for (int d = threadIdx.x; d < n; d += blockDim.x)
@@ -81,10 +82,27 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) exchange_kernel(const 
   if (s != Status::ok && threadIdx.x == 0) *a.guard.error = static_cast<int>(s);
 }
 
+template <class D, class Fixed, int Slots>
+cudaError_t launch_exchange_slots(const ExchangeArgs& a, int threads, cudaStream_t stream) {
+  return launch_kernel(exchange_kernel<D, Fixed, Slots>, dim3(static_cast<unsigned>(a.channels)),
+                       dim3(static_cast<unsigned>(threads)), a.pdl, stream, a);
+}
+
+// The kernel with every form, or the lean one that a.slots names (compiled in
+// snac/executors/exchange/lean_*.cu, apart from these, so that the two build in parallel).
 template <class D, class Fixed>
 cudaError_t launch_exchange(const ExchangeArgs& a, int threads, cudaStream_t stream) {
-  return launch_kernel(exchange_kernel<D, Fixed>, dim3(static_cast<unsigned>(a.channels)),
-                       dim3(static_cast<unsigned>(threads)), a.pdl, stream, a);
+  if constexpr (exchange_has_lean<D, Fixed>()) {
+    switch (a.slots) {
+      case 2: return launch_lean<D, Fixed, 2>(a, threads, stream);
+      case 4: return launch_lean<D, Fixed, 4>(a, threads, stream);
+      case kExchangeLeanMaxSlots:
+        if constexpr (D::consume == coll::Consume::reduce) return launch_lean<D, Fixed, kExchangeLeanMaxSlots>(a, threads, stream);
+        break;
+      default: break;
+    }
+  }
+  return launch_exchange_slots<D, Fixed, 0>(a, threads, stream);
 }
 
 }  // namespace purlin::snac

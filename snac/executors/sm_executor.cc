@@ -210,6 +210,7 @@ class SmExecutor final : public Executor {
       last_exchange_.store(true, std::memory_order_relaxed);
       last_kind_.store(op.kind, std::memory_order_relaxed);
       last_channels_.store(x.channels, std::memory_order_relaxed);
+      last_slots_.store(x.slots, std::memory_order_relaxed);
       return cuda::check(launch_exchange(op.kind, x, threads, stream), "launching the exchange kernel");
     }
     last_exchange_.store(false, std::memory_order_relaxed);
@@ -253,7 +254,8 @@ class SmExecutor final : public Executor {
   std::string last_plan() const override {
     if (last_local_.load(std::memory_order_relaxed)) return "OneRank_copy";
     if (last_exchange_.load(std::memory_order_relaxed))
-      return fmt::format("{}_LLxExchangex{}ch", name_of(last_kind_.load(std::memory_order_relaxed)),
+      return fmt::format("{}_LLxExchange{}x{}ch", name_of(last_kind_.load(std::memory_order_relaxed)),
+                         last_slots_.load(std::memory_order_relaxed) ? "Lean" : "",
                          last_channels_.load(std::memory_order_relaxed));
     return fmt::format("{}_SMx{}ch", name_of(last_kind_.load(std::memory_order_relaxed)),
                        last_channels_.load(std::memory_order_relaxed));
@@ -368,6 +370,7 @@ class SmExecutor final : public Executor {
     const std::uint64_t packets = atom::ll_packets(exchange_slice(Part{nullptr, largest}, 0, a.channels).bytes);
     const std::uint64_t per = static_cast<std::uint64_t>(atom::ll_batch_words(n - 1));
     *threads = static_cast<int>(std::clamp<std::uint64_t>(((packets + per - 1) / per + 31) / 32 * 32, 32, kExchangeMaxThreads));
+    a.slots = exchange_lean_slots(op.kind, a, packets, *threads);
     *x = a;
     return true;
   }
@@ -468,6 +471,7 @@ class SmExecutor final : public Executor {
   bool last_stream_used_ = false;
   std::atomic<CollKind> last_kind_{CollKind::all_reduce};
   std::atomic<int> last_channels_{0};
+  std::atomic<int> last_slots_{0};
   std::atomic<bool> last_local_{false};
 };
 

@@ -44,6 +44,7 @@ std::vector<int> roots_for(int n) {
   }
   return roots;
 }
+
 struct Rank {
   RankEnv& env;
   Slab& slab;
@@ -100,6 +101,7 @@ void run_matrix(RankEnv& env) {
     std::uint64_t ran = 0;
     const std::vector<Op> ops = ci.reduces ? std::vector<Op>(std::begin(kAllOps), std::end(kAllOps))
                                            : std::vector<Op>{Op::sum};
+    const std::vector<int> roots = ci.rooted ? roots_for(n) : std::vector<int>{0};
     std::vector<bool> forms;
     if (ci.out_of_place) forms.push_back(false);
     if (ci.in_place) forms.push_back(true);
@@ -107,7 +109,7 @@ void run_matrix(RankEnv& env) {
       for (Op op : ops) {
         for (std::size_t count : kCounts) {
           for (bool in_place : forms) {
-            for (int root : ci.rooted ? roots_for(n) : std::vector<int>{0}) {
+            for (int root : roots) {
               const std::string name = case_name(ci, dt, op, count, in_place, root);
               ran += run_case(env.report, name, [&] {
                 with_type(dt, [&]<class T>() { run_one<T>(rk, ci, dt, op, count, root, in_place, name); });

@@ -116,6 +116,7 @@ Config read_config() {
   c.channel_bytes = bytes_or("PURLIN_CHANNEL_BYTES", env("PURLIN_CHANNEL_BYTES"));
   bound_or_none("PURLIN_EXCHANGE_MAX_BYTES", &c.exchange_max_bytes, &c.exchange_disabled);
   c.exchange_channel_bytes = bytes_or("PURLIN_EXCHANGE_CHANNEL_BYTES", env("PURLIN_EXCHANGE_CHANNEL_BYTES"));
+  bound_or_none("PURLIN_ZERO_STAGING_MIN_BYTES", &c.zero_staging_min_bytes, &c.zero_staging_disabled);
   c.pdl_disabled = env("PURLIN_PDL") == "0";
   c.exchange_lean_disabled = env("PURLIN_EXCHANGE_LEAN") == "0";
   if (const std::string t = env("PURLIN_PDL_TRIGGER"); !t.empty()) {
@@ -131,6 +132,7 @@ Config read_config() {
   count_in("PURLIN_CHANNELS", 1, 64, &c.channels);
   count_in("PURLIN_EXCHANGE_POLL_NS", 0, 100000, &c.exchange_poll_ns);
   count_in("PURLIN_EXCHANGE_CHANNELS", 1, 64, &c.exchange_channels);
+  count_in("PURLIN_ZERO_STAGING_CTAS", 1, 128, &c.zero_staging_ctas);
   return c;
 }
 

@@ -69,6 +69,11 @@ struct Config {
   std::uint64_t exchange_channel_bytes = 0;  // PURLIN_EXCHANGE_CHANNEL_BYTES: bytes of a message per exchange channel
   int exchange_channels = 0;                 // PURLIN_EXCHANGE_CHANNELS: the most CTAs of one exchange
   int exchange_poll_ns = -1;                 // PURLIN_EXCHANGE_POLL_NS: sleep between empty polls (-1: not set)
+  // PURLIN_ZERO_STAGING_MIN_BYTES: calls captured in a CUDA graph from this size on read and write
+  // the peers' buffers in place (snac/protocol/zero_staging.h); `none` stages every call.
+  std::uint64_t zero_staging_min_bytes = 0;
+  bool zero_staging_disabled = false;
+  int zero_staging_ctas = 0;           // PURLIN_ZERO_STAGING_CTAS: CTAs per rank of a zero-staging call
   bool pdl_disabled = false;           // PURLIN_PDL=0: no programmatic dependent launch
   PdlTrigger pdl_trigger = PdlTrigger::start;  // PURLIN_PDL_TRIGGER
   bool exchange_lean_disabled = false;  // PURLIN_EXCHANGE_LEAN=0: the exchange's kernels of every form only

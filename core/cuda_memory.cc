@@ -25,6 +25,8 @@ struct Vmm {
   decltype(&::cuMemSetAccess) set_access = nullptr;
   decltype(&::cuMemExportToShareableHandle) export_handle = nullptr;
   decltype(&::cuMemImportFromShareableHandle) import_handle = nullptr;
+  decltype(&::cuMemRetainAllocationHandle) retain = nullptr;
+  decltype(&::cuPointerGetAttributes) attributes = nullptr;
   bool found = false;
 };
 
@@ -51,7 +53,8 @@ const Vmm& vmm() {
               entry("cuMemAddressFree", &v.address_free) && entry("cuMemMap", &v.map) &&
               entry("cuMemUnmap", &v.unmap) && entry("cuMemSetAccess", &v.set_access) &&
               entry("cuMemExportToShareableHandle", &v.export_handle) &&
-              entry("cuMemImportFromShareableHandle", &v.import_handle);
+              entry("cuMemImportFromShareableHandle", &v.import_handle) &&
+              entry("cuMemRetainAllocationHandle", &v.retain) && entry("cuPointerGetAttributes", &v.attributes);
     return v;
   }();
   return v;
@@ -207,6 +210,67 @@ void vmm_free(VmmMapping* m) {
   v.address_free(base, m->bytes);
   v.release(m->handle);
   *m = VmmMapping{};
+}
+
+Status describe_buffer(const void* ptr, std::size_t bytes, BufferShare* out) {
+  *out = BufferShare{};
+  const Vmm& v = vmm();
+  if (!v.found || ptr == nullptr) return Status::ok;
+  unsigned memory_type = 0, managed = 0, legacy = 0, mapped = 0;
+  unsigned long long id = 0, handle_types = 0;
+  CUdeviceptr range_start = 0, mapping_base = 0;
+  std::size_t range_size = 0, mapping_size = 0;
+  int ordinal = -1;
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                 CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                 CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                 CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                                 CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                 CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                 CU_POINTER_ATTRIBUTE_MAPPED,
+                                 CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES,
+                                 CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
+                                 CU_POINTER_ATTRIBUTE_MAPPING_SIZE};
+  void* data[] = {&memory_type, &managed, &id, &ordinal, &legacy, &range_start, &range_size,
+                  &mapped, &handle_types, &mapping_base, &mapping_size};
+  const CUresult r = v.attributes(sizeof(attrs) / sizeof(attrs[0]), attrs, data,
+                                  reinterpret_cast<CUdeviceptr>(ptr));
+  // Host memory the driver never saw answers CUDA_ERROR_INVALID_VALUE: not shareable, not an error.
+  if (r != CUDA_SUCCESS) return Status::ok;
+  if (memory_type != CU_MEMORYTYPE_DEVICE || managed || id == 0) return Status::ok;
+  const auto p = reinterpret_cast<std::uint64_t>(ptr);
+  BufferShare b;
+  b.id = id;
+  b.device = ordinal;
+  if (legacy) {
+    b.kind = ShareKind::ipc;
+    b.base = range_start;
+    b.bytes = range_size;
+  } else if (mapped && (handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) && mapping_size) {
+    b.kind = ShareKind::vmm_fd;
+    b.base = mapping_base;
+    b.bytes = mapping_size;
+  } else {
+    return Status::ok;
+  }
+  if (p < b.base || p + bytes > b.base + b.bytes) return Status::ok;  // spans allocations
+  *out = b;
+  return Status::ok;
+}
+
+Status vmm_export_buffer_fd(std::uint64_t base, int* fd) {
+  const Vmm& v = vmm();
+  if (!v.found) return fail(Status::cuda_error, "cuMem: the driver's virtual memory functions were not found");
+  CUmemGenericAllocationHandle handle = 0;
+  PURLIN_TRY(drv(v.retain(&handle, reinterpret_cast<void*>(static_cast<std::uintptr_t>(base))),
+                 "cuMemRetainAllocationHandle"));
+  int handle_fd = -1;
+  Status s = drv(v.export_handle(&handle_fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                 "cuMemExportToShareableHandle");
+  v.release(handle);
+  if (s == Status::ok) *fd = handle_fd;
+  return s;
 }
 
 Status vmm_grant_peers(const VmmMapping& m, int device) {

@@ -47,6 +47,26 @@ void vmm_free(VmmMapping* m);
 // too (a mapping is accessible only to its own device at first), as NCCL grants for ncclMemAlloc.
 Status vmm_grant_peers(const VmmMapping& m, int device);
 
+// The allocation holding a device buffer, as a peer process needs it to map the buffer.
+enum class ShareKind : std::uint8_t {
+  none,    // cannot be shared: host or managed memory, a range over several allocations, cuMem that
+           // exports no POSIX descriptor
+  ipc,     // cudaMalloc memory: legacy CUDA IPC of `base`
+  vmm_fd,  // a cuMem mapping of one whole allocation that exports a POSIX descriptor
+};
+struct BufferShare {
+  ShareKind kind = ShareKind::none;
+  std::uint64_t id = 0;       // the allocation's buffer id: unique in this process, never reused
+  std::uint64_t base = 0;     // the allocation's first byte (its mapping's, for cuMem)
+  std::uint64_t bytes = 0;    // its size
+  int device = -1;            // the device it lives on
+};
+// Describes the allocation holding [ptr, ptr + bytes). A pointer the driver does not know (host
+// memory) gives kind none and Status::ok; only a failing driver call is an error.
+Status describe_buffer(const void* ptr, std::size_t bytes, BufferShare* out);
+// A new descriptor for the cuMem allocation mapped at `base` (kind vmm_fd; the caller closes it).
+Status vmm_export_buffer_fd(std::uint64_t base, int* fd);
+
 // Lets kernels on the current device (`device`) read and write `peer`'s memory through plain
 // pointers, as ranks of one process on different GPUs need. Enabling twice is not an error; a
 // pair of devices without peer access (no NVLink, no PCIe P2P) is.

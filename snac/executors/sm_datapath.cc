@@ -51,6 +51,10 @@ constexpr int kExchangeCtasPerSm = 2;
 // 2.30.7 took 62.3, 36.3, 36.1 and 26.2 (nccl-compare, bf16, graph;
 // perf/results/2026-12-01-h200-exchange/).
 constexpr std::uint64_t kExchangeCallBytes = 1ull << 20;
+// Zero-staging from the size where the generic kernels take over from the exchange.
+constexpr std::uint64_t kZeroStagingMinBytes = kExchangeCallBytes;
+// Zero-staging CTAs of all ranks sharing a GPU together: about one per multiprocessor of an H200.
+constexpr int kZeroStagingCtas = 128;
 
 // A channel per 4 KiB of a call: of 4, 8 and 16 KiB it was the fastest or level at every size from
 // 1 to 256 KiB and every collective on one H200 (2 and 8 ranks) and on two (one rank each), e.g.
@@ -108,6 +112,16 @@ void derive(const Regime& r, int wanted, Policy* p) {
   }
   p->exchange_max_bytes = c.exchange_disabled ? 0 : c.exchange_max_bytes ? c.exchange_max_bytes : kExchangeMaxBytes;
   p->exchange_call_bytes = kExchangeCallBytes;
+  p->zero_staging_min_bytes = c.zero_staging_disabled ? 0 : c.zero_staging_min_bytes ? c.zero_staging_min_bytes
+                                                                                      : kZeroStagingMinBytes;
+  // Every sharing rank's CTAs spin on each other's, so all of them must fit the GPU at once.
+  const int zs_fit = std::max(1, r.sms * per_sm / sharing);
+  p->zero_staging_ctas = std::clamp(c.zero_staging_ctas ? c.zero_staging_ctas : kZeroStagingCtas / sharing, 1,
+                                    std::min(zs_fit, 64));
+  if (c.zero_staging_ctas && p->zero_staging_ctas != c.zero_staging_ctas)
+    log::warn("PURLIN_ZERO_STAGING_CTAS={} would not fit {} ranks' kernels on the GPU at once; using {}",
+              c.zero_staging_ctas, sharing, p->zero_staging_ctas);
+  if (r.nranks < 2) p->zero_staging_min_bytes = 0;
   p->exchange_poll_ns = c.exchange_poll_ns >= 0 ? static_cast<unsigned>(c.exchange_poll_ns) : 0;
   // A box holds one channel's slice of the largest message, as LL packets (16 bytes per 8).
   const std::uint64_t boxes =

@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "atom/reduce.h"
 #include "collectives/geometry.h"
 #include "core/config.h"
 #include "core/cuda_memory.h"
@@ -24,6 +25,8 @@
 #include "snac/executors/datapaths.h"
 #include "snac/executors/sm_exchange.h"
 #include "snac/executors/sm_kernel.h"
+#include "snac/executors/sm_peer_buffers.h"
+#include "snac/executors/sm_zero_staging.h"
 #include "snac/protocol/exchange.h"
 
 namespace purlin::snac {
@@ -34,6 +37,8 @@ class SmExecutor final : public Executor {
   ~SmExecutor() override {
     cuda::set_device(device_);  // the destroying thread may have another device current
     if (last_stream_used_) cudaDeviceSynchronize();
+    peers_.reset();
+    cuda::free(zs_calls_);
     for (void* p : imported_) cuda::ipc_close(p);
     for (cuda::VmmMapping& m : imported_vmm_) cuda::vmm_free(&m);
     if (own_vmm_.ptr) cuda::vmm_free(&own_vmm_);
@@ -71,12 +76,15 @@ class SmExecutor final : public Executor {
       exchange_bytes_ = sizeof(atom::LLPacket) * box_packets_ * exchange_boxes(n) *
                         static_cast<std::uint64_t>(policy_.exchange_channels);
     }
-    const std::uint64_t window_bytes = exchange_off_ + exchange_bytes_;
+    // Zero-staging's barrier words follow.
+    zs_off_ = (exchange_off_ + exchange_bytes_ + 4095) / 4096 * 4096;
+    const std::uint64_t window_bytes = zs_off_ + sizeof(std::uint64_t) * kZeroStagingWords;
     PURLIN_TRY(alloc_window(boot, window_bytes));
     PURLIN_TRY(cuda::alloc(sizeof(LocalState) * channels_, reinterpret_cast<void**>(&state_)));
     scratch_bytes_ = (static_cast<std::uint64_t>(n) + 1) * policy_.latency_max_bytes + 256;
     PURLIN_TRY(cuda::alloc(scratch_bytes_ * channels_, reinterpret_cast<void**>(&scratch_)));
     PURLIN_TRY(cuda::alloc(sizeof(unsigned) * channels_, reinterpret_cast<void**>(&done_)));
+    PURLIN_TRY(cuda::alloc(sizeof(std::uint64_t) * kZeroStagingMaxCtas, reinterpret_cast<void**>(&zs_calls_)));
     void* flags_dev = nullptr;
     PURLIN_TRY(cuda::host_mapped_alloc(2 * sizeof(int), &flags_host_, &flags_dev));
     abort_host_ = static_cast<volatile int*>(flags_host_);
@@ -136,6 +144,8 @@ class SmExecutor final : public Executor {
       PURLIN_TRY(s);
       mailbox_.reset();
     }
+    zs_words_.resize(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) zs_words_[r] = reinterpret_cast<std::uint64_t*>(bases[r] + zs_off_);
     std::vector<Window> windows(static_cast<std::size_t>(n) * channels_);
     for (int c = 0; c < channels_; ++c)
       for (int r = 0; r < n; ++r) windows[c * n + r] = Window::at(bases[r] + c * geo_.total, geo_);
@@ -157,6 +167,11 @@ class SmExecutor final : public Executor {
     PURLIN_TRY(cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
     PURLIN_TRY(boot.barrier());  // every peer has mapped every window
 
+    peers_ = std::make_unique<PeerBuffers>(&boot, device_, config().bootstrap_timeout_s);
+    one_gpu_ = args.one_gpu;
+    guard_ = atom::SmGuard{static_cast<const volatile int*>(flags_dev), static_cast<volatile int*>(flags_dev) + 1,
+                           static_cast<std::uint64_t>(args.timeout_s * 1e9),
+                           reinterpret_cast<const volatile std::uint64_t*>(static_cast<char*>(window_) + geo_.fault_off)};
     args_.ctx.rank = me;
     args_.ctx.nranks = n;
     args_.ctx.geo = geo_;
@@ -202,6 +217,10 @@ class SmExecutor final : public Executor {
   Status execute(const Op& op, void* stream_ptr) override {
     PURLIN_TRY(refusal());
     auto stream = static_cast<cudaStream_t>(stream_ptr);
+    bool zero_staged = false;
+    PURLIN_TRY(zero_staging(op, stream, &zero_staged));
+    if (zero_staged) return Status::ok;
+    last_zero_staging_.store(false, std::memory_order_relaxed);
     ExchangeArgs x;
     int threads = 0;
     if (exchange_plan(op, &x, &threads)) {
@@ -253,6 +272,9 @@ class SmExecutor final : public Executor {
   const char* datapath() const override { return "sm"; }
   std::string last_plan() const override {
     if (last_local_.load(std::memory_order_relaxed)) return "OneRank_copy";
+    if (last_zero_staging_.load(std::memory_order_relaxed))
+      return fmt::format("{}_ZeroStagingx{}cta", name_of(last_kind_.load(std::memory_order_relaxed)),
+                         last_channels_.load(std::memory_order_relaxed));
     if (last_exchange_.load(std::memory_order_relaxed))
       return fmt::format("{}_LLxExchange{}x{}ch", name_of(last_kind_.load(std::memory_order_relaxed)),
                          last_slots_.load(std::memory_order_relaxed) ? "Lean" : "",
@@ -291,6 +313,98 @@ class SmExecutor final : public Executor {
     if (*abort_host_) return fail(Status::remote_error, "the communicator was aborted");
     if (*error_host_) return fail(Status::remote_error, "a previous operation of this communicator failed on the GPU");
     return Status::ok;
+  }
+
+  // Runs `op` in place (snac/protocol/zero_staging.h) when it is captured into a graph, within the
+  // policy's bounds, and every rank's buffers can be mapped here (*ran then says so). Every rank
+  // computes the same answer: the checks before PeerBuffers::share use only what all ranks' calls
+  // share (collective, sizes, policy), and share decides on what every rank offered.
+  Status zero_staging(const Op& op, cudaStream_t stream, bool* ran) {
+    *ran = false;
+    if (!policy_.zero_staging_min_bytes || op.in.empty() || op.out.empty()) return Status::ok;
+    ZeroStagingKind kind;
+    switch (op.kind) {
+      case CollKind::all_reduce:
+      case CollKind::all_reduce_direct: kind = ZeroStagingKind::all_reduce; break;
+      case CollKind::all_gather: kind = ZeroStagingKind::all_gather; break;
+      case CollKind::reduce_scatter: kind = ZeroStagingKind::reduce_scatter; break;
+      case CollKind::all_to_all: kind = ZeroStagingKind::all_to_all; break;
+      default: return Status::ok;
+    }
+    const bool reduces = kind == ZeroStagingKind::all_reduce || kind == ZeroStagingKind::reduce_scatter;
+    // PreMulSum scales each contribution by its own rank's scalar, which the peers do not hold.
+    if (reduces && scales(op.op)) return Status::ok;
+    // Both sides contiguous from their first part (the shim's uniform calls always are).
+    const auto extent = [](const std::vector<Part>& parts, std::uint64_t* total) {
+      *total = 0;
+      for (const Part& p : parts) {
+        if (p.bytes && p.ptr != parts.front().ptr + *total) return false;
+        *total += p.bytes;
+      }
+      return true;
+    };
+    std::uint64_t in_total = 0, out_total = 0;
+    if (!extent(op.in, &in_total) || !extent(op.out, &out_total)) return Status::ok;
+    const int n = xargs_.nranks;
+    std::uint64_t block = 0;
+    switch (kind) {
+      case ZeroStagingKind::all_reduce: block = in_total; break;
+      case ZeroStagingKind::all_gather: block = in_total; break;
+      case ZeroStagingKind::reduce_scatter: block = out_total; break;
+      case ZeroStagingKind::all_to_all: block = in_total / static_cast<std::uint64_t>(n); break;
+    }
+    if (kind == ZeroStagingKind::all_reduce && out_total != in_total) return Status::ok;
+    if (kind != ZeroStagingKind::all_reduce) {
+      const std::uint64_t in_want = kind == ZeroStagingKind::all_gather ? block : block * static_cast<std::uint64_t>(n);
+      const std::uint64_t out_want = kind == ZeroStagingKind::reduce_scatter ? block : block * static_cast<std::uint64_t>(n);
+      if (in_total != in_want || out_total != out_want) return Status::ok;
+    }
+    if (std::max(in_total, out_total) < policy_.zero_staging_min_bytes) return Status::ok;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamGetCaptureInfo(stream, &capture, nullptr, &graph, nullptr, nullptr, nullptr) != cudaSuccess) {
+      cudaGetLastError();
+      return Status::ok;
+    }
+    if (capture != cudaStreamCaptureStatusActive) return Status::ok;
+
+    ZeroStagingArgs a;
+    a.kind = kind;
+    a.rank = xargs_.rank;
+    a.nranks = n;
+    a.ctas = std::clamp(policy_.zero_staging_ctas, 1, kZeroStagingMaxCtas);
+    a.bytes = block;
+    a.elem = size_of(op.type);
+    a.align_elems = coll::shard_align_elems(static_cast<std::uint32_t>(a.elem));
+    a.type = op.type;
+    a.op = op.op;
+    const std::uint64_t key = ((static_cast<std::uint64_t>(kind) << 56 | static_cast<std::uint64_t>(op.type) << 48 |
+                                (reduces ? static_cast<std::uint64_t>(op.op.kind) << 40 : 0)) ^
+                               (block * 0x9e3779b97f4a7c15ull)) * 0xbf58476d1ce4e5b9ull;
+    a.tag = key >> 48;
+    a.guard = guard_;
+    a.one_gpu = one_gpu_;
+    a.calls = zs_calls_;
+    a.win = windows_dev_;
+    for (int r = 0; r < n; ++r) a.words[r] = zs_words_[r];
+    PeerBuffers::Mine mine;
+    mine.key = key;
+    mine.in = op.in.front().ptr;
+    mine.in_bytes = in_total;
+    mine.out = op.out.front().ptr;
+    mine.out_bytes = out_total;
+    mine.overlap_ok = kind != ZeroStagingKind::all_to_all;
+    bool go = false;
+    PURLIN_TRY(peers_->share(mine, graph, &go, a.in, a.out));
+    if (!go) return Status::ok;
+    last_stream_used_ = true;
+    last_local_.store(false, std::memory_order_relaxed);
+    last_exchange_.store(false, std::memory_order_relaxed);
+    last_zero_staging_.store(true, std::memory_order_relaxed);
+    last_kind_.store(op.kind, std::memory_order_relaxed);
+    last_channels_.store(a.ctas, std::memory_order_relaxed);
+    *ran = true;
+    return cuda::check(launch_zero_staging(a, stream), "launching the zero-staging kernel");
   }
 
   // One channel's slice of the largest message the exchange takes (exchange_slice's rounding).
@@ -457,6 +571,13 @@ class SmExecutor final : public Executor {
   std::uint64_t* exchange_epoch_ = nullptr;
   ExchangeArgs xargs_{};
   std::atomic<bool> last_exchange_{false};
+  std::atomic<bool> last_zero_staging_{false};
+  std::unique_ptr<PeerBuffers> peers_;
+  std::uint64_t zs_off_ = 0;
+  std::vector<std::uint64_t*> zs_words_;  // every rank's barrier words as mapped here
+  std::uint64_t* zs_calls_ = nullptr;
+  atom::SmGuard guard_{};
+  bool one_gpu_ = false;
   char* copy_ = nullptr;
   std::uint64_t copy_bytes_ = 0;
   void* flags_host_ = nullptr;

@@ -88,6 +88,17 @@ TEST_CASE("the exchange's channels fit two kernels of every rank sharing the GPU
   CHECK(policy_for(sm_policy_recipe(), Regime{4, 4, 16, 2, 90}).exchange_channels == 4);
 }
 
+TEST_CASE("zero-staging's CTAs of every rank sharing the GPU fit it at once", "[policy]") {
+  // About 128 CTAs over the sharing ranks, at most what the GPU holds with them all resident.
+  CHECK(policy_for(sm_policy_recipe(), Regime{8, 8, 132, 2, 90}).zero_staging_ctas == 16);
+  CHECK(policy_for(sm_policy_recipe(), Regime{4, 4, 132, 2, 90}).zero_staging_ctas == 32);
+  CHECK(policy_for(sm_policy_recipe(), Regime{2, 2, 132, 2, 90}).zero_staging_ctas == 64);
+  CHECK(policy_for(sm_policy_recipe(), Regime{2, 1, 132, 2, 90}).zero_staging_ctas == 64);
+  CHECK(policy_for(sm_policy_recipe(), Regime{8, 8, 16, 2, 90}).zero_staging_ctas == 4);
+  CHECK(policy_for(sm_policy_recipe(), Regime{8, 8, 132, 2, 90}).zero_staging_min_bytes == (1u << 20));
+  CHECK(policy_for(sm_policy_recipe(), Regime{1, 1, 132, 2, 90}).zero_staging_min_bytes == 0);  // one rank: nothing to share
+}
+
 TEST_CASE("the built-in SM policy bounds the direct forms by collective and rank count", "[policy]") {
   const auto two = policy_for(sm_policy_recipe(), Regime{2, 1, 132, 2, 90});
   CHECK(two.direct_max_bytes == (4u << 20));  // two ranks reduce directly up to 4 MiB

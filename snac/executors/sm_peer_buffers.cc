@@ -1,0 +1,227 @@
+#include "snac/executors/sm_peer_buffers.h"
+
+#include <unistd.h>
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/config.h"
+#include "core/log.h"
+
+namespace purlin::snac {
+namespace {
+
+// One side (input or output) of a rank's call as its peers need it.
+struct Side {
+  std::uint64_t id = 0;      // buffer id (0: cannot be shared)
+  std::uint64_t base = 0;    // the allocation's base in the owner's address space
+  std::uint64_t bytes = 0;   // the allocation's size
+  std::uint64_t offset = 0;  // where the buffer starts in it
+  std::uint64_t ptr = 0;     // the buffer in the owner's address space (peers of its process use it)
+  std::uint8_t kind = 0;     // cuda::ShareKind
+  cuda::IpcHandle ipc{};     // kind ipc
+};
+
+struct Offer {
+  std::int32_t pid = 0;
+  std::int32_t ok = 0;
+  std::uint64_t key = 0;
+  Side side[2];
+  FdAddress mailbox{};
+};
+
+Status describe(const void* ptr, std::uint64_t bytes, Side* s) {
+  cuda::BufferShare b;
+  PURLIN_TRY(cuda::describe_buffer(ptr, bytes, &b));
+  *s = Side{};
+  s->ptr = reinterpret_cast<std::uint64_t>(ptr);
+  if (b.kind == cuda::ShareKind::none) return Status::ok;
+  s->id = b.id;
+  s->base = b.base;
+  s->bytes = b.bytes;
+  s->offset = s->ptr - b.base;
+  s->kind = static_cast<std::uint8_t>(b.kind);
+  if (b.kind == cuda::ShareKind::ipc &&
+      cuda::ipc_export(reinterpret_cast<void*>(static_cast<std::uintptr_t>(b.base)), &s->ipc) != Status::ok)
+    s->id = 0;
+  return Status::ok;
+}
+
+// While the calling thread captures a graph, the driver calls of mapping are not stream work:
+// relaxed capture mode lets them run.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
+}  // namespace
+
+PeerBuffers::~PeerBuffers() {
+  for (auto& [key, m] : mapped_) unmap(m);
+}
+
+void PeerBuffers::unmap(Mapping& m) {
+  if (m.vmm.ptr) cuda::vmm_free(&m.vmm);
+  if (m.ipc) cuda::ipc_close(m.ipc);
+  m = Mapping{};
+}
+
+void PeerBuffers::take_returns() {
+  std::vector<Key> keys;
+  {
+    std::lock_guard<std::mutex> lock(returns_->mu);
+    keys.swap(returns_->keys);
+  }
+  for (const Key& k : keys) {
+    auto it = mapped_.find(k);
+    if (it == mapped_.end() || --it->second.graphs > 0) continue;
+    unmap(it->second);
+    mapped_.erase(it);
+  }
+}
+
+Status PeerBuffers::share(const Mine& mine, cudaGraph_t graph, bool* go, const char** in, char** out) {
+  *go = false;
+  const int n = boot_->nranks(), me = boot_->rank();
+  RelaxedCapture relaxed;
+  take_returns();
+  if (!mailbox_) PURLIN_TRY(FdMailbox::open(&mailbox_));
+
+  Offer my;
+  my.pid = getpid();
+  my.key = mine.key;
+  my.mailbox = mailbox_->address();
+  PURLIN_TRY(describe(mine.in, mine.in_bytes, &my.side[0]));
+  PURLIN_TRY(describe(mine.out, mine.out_bytes, &my.side[1]));
+  const std::uint64_t in0 = my.side[0].ptr, out0 = my.side[1].ptr;
+  const bool overlap = in0 < out0 + mine.out_bytes && out0 < in0 + mine.in_bytes;
+  my.ok = my.side[0].id && my.side[1].id && (mine.overlap_ok || !overlap);
+  std::vector<Offer> all(static_cast<std::size_t>(n));
+  PURLIN_TRY(boot_->all_gather(&my, sizeof(Offer), all.data()));
+  for (const Offer& o : all)
+    if (!o.ok || o.key != my.key) return Status::ok;  // every rank sees the same offers
+
+  // Map what is new: CUDA IPC at once, cuMem through descriptors the owners send on request.
+  bool ok = true;
+  std::size_t fresh = 0;
+  std::uint64_t need[2] = {0, 0};  // bit p: peer p's descriptor for side s
+  std::vector<Key> used;
+  for (int p = 0; p < n; ++p) {
+    if (p == me || all[p].pid == my.pid) continue;
+    for (int s = 0; s < 2; ++s) {
+      const Side& side = all[p].side[s];
+      const Key key{p, side.id};
+      if (s == 1 && side.id == all[p].side[0].id) continue;  // one allocation for both
+      used.push_back(key);
+      if (mapped_.count(key)) continue;
+      if (side.kind == static_cast<std::uint8_t>(cuda::ShareKind::ipc)) {
+        Mapping m;
+        if (cuda::ipc_import(side.ipc, &m.ipc) != Status::ok) {
+          ok = false;
+          continue;
+        }
+        m.base = static_cast<char*>(m.ipc);
+        mapped_[key] = m;
+        ++fresh;
+      } else {
+        need[s] |= std::uint64_t{1} << p;
+      }
+    }
+  }
+  std::vector<std::uint64_t> needs(2 * static_cast<std::size_t>(n));
+  PURLIN_TRY(boot_->all_gather(need, sizeof(need), needs.data()));
+  std::vector<FdAddress> boxes(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) boxes[r] = all[r].mailbox;
+  // A mailbox takes one descriptor per sender and exchange: the output's descriptors go only once
+  // every rank is done with the input's (a barrier, where both sides have some).
+  bool any[2] = {false, false};
+  for (int q = 0; q < n; ++q)
+    for (int s = 0; s < 2; ++s) any[s] = any[s] || needs[2 * q + s] != 0;
+  for (int s = 0; s < 2; ++s) {
+    if (!any[s]) continue;
+    if (s == 1 && any[0]) PURLIN_TRY(boot_->barrier());
+    std::vector<int> to, from;
+    for (int q = 0; q < n; ++q) {
+      if (needs[2 * q + s] >> me & 1) to.push_back(q);
+      if (need[s] >> q & 1) from.push_back(q);
+    }
+    if (to.empty() && from.empty()) continue;
+    int fd = -1;
+    Status st = Status::ok;
+    if (!to.empty()) st = cuda::vmm_export_buffer_fd(my.side[s].base, &fd);
+    // A rank that cannot export still takes part: its peers' waits end at the timeout, and every
+    // rank then stages the call.
+    std::vector<ReceivedFd> got;
+    if (st == Status::ok)
+      st = mailbox_->exchange(me, fd, to, from, boxes, timeout_s_, [this] { return boot_->stopped(); }, &got);
+    if (fd >= 0) ::close(fd);
+    if (st != Status::ok) ok = false;
+    for (const ReceivedFd& g : got) {
+      Mapping m;
+      if (ok && cuda::vmm_import_fd(g.fd, all[g.from].side[s].bytes, device_, &m.vmm) == Status::ok) {
+        m.base = static_cast<char*>(m.vmm.ptr);
+        mapped_[Key{g.from, all[g.from].side[s].id}] = m;
+        ++fresh;
+      } else {
+        ok = false;
+      }
+      ::close(g.fd);
+    }
+  }
+  // Every rank goes only if every rank mapped everything.
+  const std::int32_t mapped_ok = ok ? 1 : 0;
+  std::vector<std::int32_t> oks(static_cast<std::size_t>(n));
+  PURLIN_TRY(boot_->all_gather(&mapped_ok, sizeof(mapped_ok), oks.data()));
+  for (std::int32_t o : oks)
+    if (!o) return Status::ok;
+
+  for (int p = 0; p < n; ++p) {
+    for (int s = 0; s < 2; ++s) {
+      const Side& side = all[p].side[s];
+      char* at = reinterpret_cast<char*>(static_cast<std::uintptr_t>(side.ptr));
+      if (p != me && all[p].pid != my.pid) {
+        const int from = s == 1 && side.id == all[p].side[0].id ? 0 : s;
+        at = mapped_.at(Key{p, all[p].side[from].id}).base + side.offset;
+      }
+      if (s == 0) in[p] = at;
+      else out[p] = at;
+    }
+  }
+  // The graph holds what it uses until it is destroyed.
+  if (!used.empty()) {
+    struct Hold {
+      std::shared_ptr<Returns> returns;
+      std::vector<Key> keys;
+    };
+    auto* hold = new Hold{returns_, used};
+    cudaUserObject_t obj = nullptr;
+    Status st = cuda::check(cudaUserObjectCreate(
+                                &obj, hold,
+                                [](void* p) {
+                                  auto* h = static_cast<Hold*>(p);
+                                  {
+                                    std::lock_guard<std::mutex> lock(h->returns->mu);
+                                    h->returns->keys.insert(h->returns->keys.end(), h->keys.begin(), h->keys.end());
+                                  }
+                                  delete h;
+                                },
+                                1, cudaUserObjectNoDestructorSync),
+                            "cudaUserObjectCreate");
+    if (st != Status::ok) {
+      delete hold;
+      return st;
+    }
+    for (const Key& k : used) ++mapped_.at(k).graphs;
+    PURLIN_TRY(cuda::check(cudaGraphRetainUserObject(graph, obj, 1, cudaGraphUserObjectMove), "cudaGraphRetainUserObject"));
+  }
+  if (fresh) log::info(log::kColl, "zero-staging: rank {} mapped {} more peer allocations ({} held)", me, fresh, mapped_.size());
+  *go = true;
+  return Status::ok;
+}
+
+}  // namespace purlin::snac

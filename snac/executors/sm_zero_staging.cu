@@ -1,0 +1,51 @@
+// The zero-staging kernel: one launch per call, a.ctas CTAs, each running its share of the call
+// with the SM Atom. Generic over type and operator at run time (the Atom's reduce dispatches once per
+// step), so one kernel serves every zero-staging call.
+#include <cuda_runtime.h>
+
+#include "atom/sm/sm_wide_atom.cuh"
+#include "snac/executors/sm_zero_staging.h"
+#include "snac/protocol/zero_staging.h"
+
+namespace purlin::snac {
+namespace {
+
+__global__ void __launch_bounds__(kZeroStagingThreads, 1) zero_staging_kernel(const __grid_constant__ ZeroStagingArgs a) {
+  __shared__ atom::SmCtaWords words;
+  __shared__ std::uint64_t call;
+  const int c = blockIdx.x;
+  if (threadIdx.x == 0) {
+    words = atom::SmCtaWords{};
+    call = *static_cast<volatile std::uint64_t*>(a.calls + c) + 1;
+  }
+  __syncthreads();
+  ZeroStagingCall z;
+  z.kind = a.kind;
+  z.rank = a.rank;
+  z.nranks = a.nranks;
+  z.bytes = a.bytes;
+  z.elem = a.elem;
+  z.align_elems = a.align_elems;
+  z.in = a.in;
+  z.out = a.out;
+  z.words = a.words;
+  z.call = call;
+  z.tag = a.tag;
+  const atom::SmWideAtom atom(a.type, a.op, a.guard, &words, a.one_gpu);
+  const Status s = zero_staging_call(atom, z, c, a.ctas);
+  if (threadIdx.x == 0) a.calls[c] = call;
+  // A mismatch stops the peers too: their waits watch their fault words.
+  if (s == Status::invalid_usage)
+    for (int d = threadIdx.x; d < a.nranks; d += blockDim.x)
+      if (d != a.rank) atom::st_release_sys(a.win[d].fault, static_cast<std::uint64_t>(s));
+  if (s != Status::ok && threadIdx.x == 0) *a.guard.error = static_cast<int>(s);
+}
+
+}  // namespace
+
+cudaError_t launch_zero_staging(const ZeroStagingArgs& a, cudaStream_t stream) {
+  zero_staging_kernel<<<dim3(static_cast<unsigned>(a.ctas)), dim3(kZeroStagingThreads), 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace purlin::snac

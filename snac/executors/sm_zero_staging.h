@@ -1,0 +1,40 @@
+// The SM datapath's zero-staging kernel (snac/protocol/zero_staging.h): what one launch takes, and
+// the launcher. The executor (sm_executor.cc) maps the peers' buffers and fills the arguments.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "atom/sm/sm_guard.h"
+#include "core/types.h"
+#include "snac/protocol/zero_staging.h"
+#include "snac/window.h"
+
+namespace purlin::snac {
+
+inline constexpr int kZeroStagingThreads = 512;
+
+struct ZeroStagingArgs {
+  ZeroStagingKind kind = ZeroStagingKind::all_reduce;
+  int rank = 0;
+  int nranks = 1;
+  int ctas = 1;
+  std::uint64_t bytes = 0, elem = 1, align_elems = 1;
+  std::uint64_t tag = 0;
+  DataType type = DataType::uint8;
+  ReduceOp op{};
+  atom::SmGuard guard{};
+  bool one_gpu = false;
+  std::uint64_t* calls = nullptr;  // [kZeroStagingMaxCtas]: this rank's call numbers per CTA, device
+  const Window* win = nullptr;     // [nranks] channel-0 windows: the peers' fault words
+  const char* in[kMaxRanks];
+  char* out[kMaxRanks];
+  std::uint64_t* words[kMaxRanks];
+};
+
+// Launches a.ctas CTAs of kZeroStagingThreads on `stream`, in stream order (no early launch: every
+// peer's CTAs spin on this rank's, so the previous kernel must be gone).
+cudaError_t launch_zero_staging(const ZeroStagingArgs& a, cudaStream_t stream);
+
+}  // namespace purlin::snac

@@ -1,0 +1,159 @@
+// Zero-staging: a collective whose buffers every rank can reach runs in place. Nothing is staged:
+// each rank reads the peers' inputs and writes the peers' outputs where they are, so every input is
+// read once and every output written once (AllReduce: the rank's shard of every input is folded in
+// rank order, then the shard of the result is written into every output).
+//
+// Coordination is two barriers per call and CTA, both derived from the layouts: a rank may read a
+// peer's input and write its output only once the peer has entered the call (its stream has finished
+// writing the input and using the output: arrival), and may leave the call only once every peer has
+// finished with its buffers (done). CTA k of a rank meets CTA k of every peer, and each CTA handles
+// the same share of every message on every rank, so no CTA waits for another of its own rank.
+//
+// Each CTA's barrier words are flag words (atom/packet.h) of a persistent per-CTA call number: call
+// s signals 2s - 1 on arrival and 2s when done, so a word only grows and a peer already in the next
+// call also counts as done with this one.
+#pragma once
+
+#include <cstdint>
+
+#include "atom/contract.h"
+#include "atom/packet.h"
+#include "core/hd.h"
+#include "core/status.h"
+#include "snac/window.h"
+
+namespace purlin::snac {
+
+enum class ZeroStagingKind : std::uint8_t { all_reduce, all_gather, reduce_scatter, all_to_all };
+
+// CTAs of one zero-staging call at most; each rank's barrier words are [kZeroStagingMaxCtas][kMaxRanks].
+inline constexpr int kZeroStagingMaxCtas = 64;
+inline constexpr std::uint64_t kZeroStagingWords = static_cast<std::uint64_t>(kZeroStagingMaxCtas) * kMaxRanks;
+// A CTA moves its share in steps of this many bytes, so that AllReduce's shard of the result is
+// still in L2 when it is copied to the peers, and AllGather's input when it is pushed to the next.
+inline constexpr std::uint64_t kZeroStagingStep = 64u << 10;
+
+struct ZeroStagingCall {
+  ZeroStagingKind kind = ZeroStagingKind::all_reduce;
+  int rank = 0;
+  int nranks = 1;
+  // AllReduce: the whole buffer, cut into nranks shards as coll::uniform_split cuts it (elements of
+  // `elem` bytes, shards aligned to `align_elems`); the others: one block (a rank's message).
+  std::uint64_t bytes = 0;
+  std::uint64_t elem = 1;
+  std::uint64_t align_elems = 1;
+  const char* const* in = nullptr;      // [nranks]: every rank's input as mapped here
+  char* const* out = nullptr;           // [nranks]: every rank's output as mapped here
+  std::uint64_t* const* words = nullptr;  // [nranks]: every rank's barrier words as mapped here
+  std::uint64_t call = 1;               // this CTA's call number, from 1
+  std::uint64_t tag = 0;                // what every rank's call agrees on (atom/packet.h)
+};
+
+// Shard k of n of a buffer of `bytes` (uniform_split's cut, as offset and length in bytes).
+PURLIN_HD void zero_staging_shard(const ZeroStagingCall& z, int k, std::uint64_t* off, std::uint64_t* len) {
+  const std::uint64_t count = z.bytes / z.elem, n = static_cast<std::uint64_t>(z.nranks);
+  std::uint64_t per = count / n + (count % n != 0 ? 1 : 0);
+  per = (per + z.align_elems - 1) / z.align_elems * z.align_elems;
+  const std::uint64_t index = static_cast<std::uint64_t>(k);
+  const std::uint64_t first = per == 0 || index > count / per ? count : (index * per < count ? index * per : count);
+  const std::uint64_t last = per < count - first ? first + per : count;
+  *off = first * z.elem;
+  *len = (last - first) * z.elem;
+}
+
+// CTA c's share of `bytes`: equal 16-byte-aligned shares, the last ones what is left.
+PURLIN_HD void zero_staging_share(std::uint64_t bytes, int c, int ctas, std::uint64_t* off, std::uint64_t* len) {
+  std::uint64_t per = (bytes + static_cast<std::uint64_t>(ctas) - 1) / static_cast<std::uint64_t>(ctas);
+  per = (per + 15) / 16 * 16;
+  const std::uint64_t first = per * static_cast<std::uint64_t>(c) < bytes ? per * static_cast<std::uint64_t>(c) : bytes;
+  *off = first;
+  *len = per < bytes - first ? per : bytes - first;
+}
+
+// Signals `step` to CTA c of every peer and waits for theirs.
+template <class Atom>
+PURLIN_HD Status zero_staging_barrier(const Atom& atom, const ZeroStagingCall& z, int c, std::uint64_t step) {
+  const std::uint64_t want = atom::flag_word(step, z.tag);
+  const std::uint64_t slot = static_cast<std::uint64_t>(c) * kMaxRanks;
+  atom.signal_each(z.nranks, [&](int p, std::uint64_t*& word, std::uint64_t& value) {
+    if (p == z.rank) return false;
+    word = z.words[p] + slot + static_cast<std::uint64_t>(z.rank);
+    value = want;
+    return true;
+  });
+  return atom.wait_each(z.nranks, [&](int p, std::uint64_t*& word, std::uint64_t& value) {
+    if (p == z.rank) return false;
+    word = z.words[z.rank] + slot + static_cast<std::uint64_t>(p);
+    value = want;
+    return true;
+  });
+}
+
+// The work of CTA c of `ctas` between the barriers.
+template <class Atom>
+PURLIN_HD void zero_staging_move(const Atom& atom, const ZeroStagingCall& z, int c, int ctas) {
+  const int n = z.nranks, me = z.rank;
+  const std::uint64_t b = z.bytes;
+  switch (z.kind) {
+    case ZeroStagingKind::all_reduce: {
+      std::uint64_t shard = 0, shard_len = 0, off = 0, len = 0;
+      zero_staging_shard(z, me, &shard, &shard_len);
+      zero_staging_share(shard_len, c, ctas, &off, &len);
+      const char* srcs[kMaxRanks];
+      for (std::uint64_t done = 0; done < len; done += kZeroStagingStep) {
+        const std::uint64_t at = shard + off + done, step = len - done < kZeroStagingStep ? len - done : kZeroStagingStep;
+        for (int p = 0; p < n; ++p) srcs[p] = z.in[p] + at;
+        atom.reduce(z.out[me] + at, srcs, n, step);
+        for (int p = 0; p < n; ++p)
+          if (p != me) atom.copy(z.out[p] + at, z.out[me] + at, step);
+      }
+      return;
+    }
+    case ZeroStagingKind::all_gather: {
+      std::uint64_t off = 0, len = 0;
+      zero_staging_share(b, c, ctas, &off, &len);
+      const std::uint64_t block = static_cast<std::uint64_t>(me) * b;
+      for (std::uint64_t done = 0; done < len; done += kZeroStagingStep) {
+        const std::uint64_t at = off + done, step = len - done < kZeroStagingStep ? len - done : kZeroStagingStep;
+        for (int k = 0; k < n; ++k) {
+          const int p = (me + k) % n;  // this rank's own output first, then the peers in turn
+          atom.copy(z.out[p] + block + at, z.in[me] + at, step);
+        }
+      }
+      return;
+    }
+    case ZeroStagingKind::reduce_scatter: {
+      std::uint64_t off = 0, len = 0;
+      zero_staging_share(b, c, ctas, &off, &len);
+      const std::uint64_t block = static_cast<std::uint64_t>(me) * b;
+      const char* srcs[kMaxRanks];
+      for (std::uint64_t done = 0; done < len; done += kZeroStagingStep) {
+        const std::uint64_t at = off + done, step = len - done < kZeroStagingStep ? len - done : kZeroStagingStep;
+        for (int p = 0; p < n; ++p) srcs[p] = z.in[p] + block + at;
+        atom.reduce(z.out[me] + at, srcs, n, step);
+      }
+      return;
+    }
+    case ZeroStagingKind::all_to_all: {
+      std::uint64_t off = 0, len = 0;
+      zero_staging_share(b, c, ctas, &off, &len);
+      const std::uint64_t block = static_cast<std::uint64_t>(me) * b;
+      for (int k = 0; k < n; ++k) {
+        const int p = (me + k) % n;
+        if (len) atom.copy(z.out[p] + block + off, z.in[me] + static_cast<std::uint64_t>(p) * b + off, len);
+      }
+      return;
+    }
+  }
+}
+
+// One CTA's part of a zero-staging call: arrive, move its share, leave once every peer is done.
+template <class Atom>
+  requires atom::AtomCopies<Atom> && atom::AtomFlags<Atom>
+PURLIN_HD Status zero_staging_call(const Atom& atom, const ZeroStagingCall& z, int c, int ctas) {
+  PURLIN_TRY(zero_staging_barrier(atom, z, c, 2 * z.call - 1));
+  zero_staging_move(atom, z, c, ctas);
+  return zero_staging_barrier(atom, z, c, 2 * z.call);
+}
+
+}  // namespace purlin::snac

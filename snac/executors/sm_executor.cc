@@ -168,10 +168,6 @@ class SmExecutor final : public Executor {
     PURLIN_TRY(boot.barrier());  // every peer has mapped every window
 
     peers_ = std::make_unique<PeerBuffers>(&boot, device_, config().bootstrap_timeout_s);
-    one_gpu_ = args.one_gpu;
-    guard_ = atom::SmGuard{static_cast<const volatile int*>(flags_dev), static_cast<volatile int*>(flags_dev) + 1,
-                           static_cast<std::uint64_t>(args.timeout_s * 1e9),
-                           reinterpret_cast<const volatile std::uint64_t*>(static_cast<char*>(window_) + geo_.fault_off)};
     args_.ctx.rank = me;
     args_.ctx.nranks = n;
     args_.ctx.geo = geo_;
@@ -382,8 +378,8 @@ class SmExecutor final : public Executor {
                                 (reduces ? static_cast<std::uint64_t>(op.op.kind) << 40 : 0)) ^
                                (block * 0x9e3779b97f4a7c15ull)) * 0xbf58476d1ce4e5b9ull;
     a.tag = key >> 48;
-    a.guard = guard_;
-    a.one_gpu = one_gpu_;
+    a.guard = args_.guard;
+    a.one_gpu = args_.one_gpu;
     a.calls = zs_calls_;
     a.win = windows_dev_;
     for (int r = 0; r < n; ++r) a.words[r] = zs_words_[r];
@@ -576,8 +572,6 @@ class SmExecutor final : public Executor {
   std::uint64_t zs_off_ = 0;
   std::vector<std::uint64_t*> zs_words_;  // every rank's barrier words as mapped here
   std::uint64_t* zs_calls_ = nullptr;
-  atom::SmGuard guard_{};
-  bool one_gpu_ = false;
   char* copy_ = nullptr;
   std::uint64_t copy_bytes_ = 0;
   void* flags_host_ = nullptr;

@@ -58,6 +58,69 @@ __device__ __forceinline__ void reduce_block_wide(const R& r, void* dst, const v
   reduce_block(r, dst, srcs, nsrc, count);
 }
 
+// Every dsts[d] = the rank-ordered fold of N sources, N = the number of destinations (AllReduce's
+// shard of the result, stored into every rank's output straight from registers): whole tiles of N
+// sources' vectors as reduce_tiles loads them; returns the vectors done.
+template <class R, int N, int U>
+__device__ __forceinline__ std::size_t reduce_fan_tiles(const R& r, uint4* const* dsts, const void* const* srcs,
+                                                        std::size_t vecs) {
+  const std::size_t tid = threadIdx.x, stride = blockDim.x, step = stride * U;
+  const uint4* src[N];
+  uint4* dst[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    src[k] = static_cast<const uint4*>(srcs[k]);
+    dst[k] = dsts[k];
+  }
+  std::size_t base = 0;
+  for (; base + step <= vecs; base += step) {
+    uint4 w[N][U];
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+#pragma unroll
+      for (int u = 0; u < U; ++u) w[k][u] = src[k][base + u * stride + tid];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      WordFold<R, 16> f;
+      f.first(r, w[0][u]);
+#pragma unroll
+      for (int k = 1; k < N; ++k) f.next(r, w[k][u]);
+      const uint4 v = f.template finish<uint4>(r);
+#pragma unroll
+      for (int k = 0; k < N; ++k) dst[k][base + u * stride + tid] = v;
+    }
+  }
+  return base;
+}
+
+// Every dsts[d] = src over `vecs` 16-byte vectors: U loads in flight per thread, each stored N times.
+template <int N, int U>
+__device__ __forceinline__ std::size_t copy_fan_tiles(uint4* const* dsts, const uint4* src, std::size_t vecs) {
+  const std::size_t tid = threadIdx.x, stride = blockDim.x, step = stride * U;
+  uint4* dst[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) dst[k] = dsts[k];
+  std::size_t base = 0;
+  for (; base + step <= vecs; base += step) {
+    uint4 w[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) w[u] = src[base + u * stride + tid];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int k = 0; k < N; ++k) dst[k][base + u * stride + tid] = w[u];
+  }
+  return base;
+}
+
+// Whether every pointer of a fan is 16-byte aligned.
+__device__ __forceinline__ bool fan_aligned(char* const* dsts, const char* const* srcs, int ndst, int nsrc) {
+  std::uintptr_t bits = 0;
+  for (int k = 0; k < ndst; ++k) bits |= reinterpret_cast<std::uintptr_t>(dsts[k]);
+  for (int k = 0; k < nsrc; ++k) bits |= reinterpret_cast<std::uintptr_t>(srcs[k]);
+  return (bits & 15) == 0;
+}
+
 class SmWideAtom : public SmAtom {
  public:
   __device__ SmWideAtom(DataType type, const ReduceOp& op, SmGuard guard, SmCtaWords* cta, bool one_gpu)
@@ -69,6 +132,82 @@ class SmWideAtom : public SmAtom {
     with_reducer(type_, op_, [&](const auto& r) {
       reduce_block_wide(r, dst, reinterpret_cast<const void* const*>(srcs), n, count);
     });
+    __syncthreads();
+  }
+
+  // Every dsts[d] (d < n) = the rank-ordered fold of the n srcs over `bytes`, in one pass: each
+  // vector of the result goes from registers to every destination (AllReduce's shard of the result
+  // into every rank's output), in tiles for the sums of reduce_block_wide, vector by vector for the
+  // other reducers or more sources, element by element when some pointer is not 16-byte aligned.
+  __device__ void reduce_fan(char* const* dsts, const char* const* srcs, int n, std::size_t bytes) const {
+    with_reducer(type_, op_, [&](const auto& r) {
+      using R = std::decay_t<decltype(r)>;
+      using S = typename R::S;
+      constexpr int V = 16 / static_cast<int>(sizeof(S));
+      const std::size_t count = bytes / sizeof(S), tid = threadIdx.x, stride = blockDim.x;
+      const void* const* ins = reinterpret_cast<const void* const*>(srcs);
+      std::size_t vecs = 0, tiled = 0;
+      if (fan_aligned(dsts, srcs, n, n)) {
+        vecs = count / V;
+        uint4* const* outs = reinterpret_cast<uint4* const*>(dsts);
+        if constexpr (kWideTiles<R>) {
+          switch (n) {
+            case 2: tiled = reduce_fan_tiles<R, 2, 4>(r, outs, ins, vecs); break;
+            case 3: tiled = reduce_fan_tiles<R, 3, 4>(r, outs, ins, vecs); break;
+            case 4: tiled = reduce_fan_tiles<R, 4, 4>(r, outs, ins, vecs); break;
+            case 5: tiled = reduce_fan_tiles<R, 5, 2>(r, outs, ins, vecs); break;
+            case 6: tiled = reduce_fan_tiles<R, 6, 2>(r, outs, ins, vecs); break;
+            case 7: tiled = reduce_fan_tiles<R, 7, 2>(r, outs, ins, vecs); break;
+            case 8: tiled = reduce_fan_tiles<R, 8, 2>(r, outs, ins, vecs); break;
+            default: break;
+          }
+        }
+        for (std::size_t i = tiled + tid; i < vecs; i += stride) {
+          WordFold<R, 16> f;
+          f.first(r, static_cast<const uint4*>(ins[0])[i]);
+          for (int s = 1; s < n; ++s) f.next(r, static_cast<const uint4*>(ins[s])[i]);
+          const uint4 v = f.template finish<uint4>(r);
+          for (int d = 0; d < n; ++d) outs[d][i] = v;
+        }
+      }
+      for (std::size_t i = vecs * V + tid; i < count; i += stride) {
+        const S v = r.element(ins, n, i);
+        for (int d = 0; d < n; ++d) reinterpret_cast<S*>(dsts[d])[i] = v;
+      }
+    });
+    __syncthreads();
+  }
+
+  // Every dsts[d] (d < n) = src over `bytes`, in one pass: each vector loaded once and stored to
+  // every destination (AllGather's input into every rank's output), in tiles for 2..kWideSources
+  // destinations, byte by byte when some pointer is not 16-byte aligned.
+  __device__ void copy_fan(char* const* dsts, int n, const char* src, std::size_t bytes) const {
+    const std::size_t tid = threadIdx.x, stride = blockDim.x;
+    std::size_t vecs = 0;
+    if (fan_aligned(dsts, &src, n, 1)) {
+      vecs = bytes / 16;
+      uint4* const* outs = reinterpret_cast<uint4* const*>(dsts);
+      const uint4* in = reinterpret_cast<const uint4*>(src);
+      std::size_t tiled = 0;
+      switch (n) {
+        case 2: tiled = copy_fan_tiles<2, 8>(outs, in, vecs); break;
+        case 3: tiled = copy_fan_tiles<3, 8>(outs, in, vecs); break;
+        case 4: tiled = copy_fan_tiles<4, 8>(outs, in, vecs); break;
+        case 5: tiled = copy_fan_tiles<5, 8>(outs, in, vecs); break;
+        case 6: tiled = copy_fan_tiles<6, 8>(outs, in, vecs); break;
+        case 7: tiled = copy_fan_tiles<7, 8>(outs, in, vecs); break;
+        case 8: tiled = copy_fan_tiles<8, 8>(outs, in, vecs); break;
+        default: break;
+      }
+      for (std::size_t i = tiled + tid; i < vecs; i += stride) {
+        const uint4 v = in[i];
+        for (int d = 0; d < n; ++d) outs[d][i] = v;
+      }
+    }
+    for (std::size_t i = vecs * 16 + tid; i < bytes; i += stride) {
+      const char v = src[i];
+      for (int d = 0; d < n; ++d) dsts[d][i] = v;
+    }
     __syncthreads();
   }
 

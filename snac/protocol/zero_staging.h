@@ -1,7 +1,7 @@
 // Zero-staging: a collective whose buffers every rank can reach runs in place. Nothing is staged:
 // each rank reads the peers' inputs and writes the peers' outputs where they are, so every input is
 // read once and every output written once (AllReduce: the rank's shard of every input is folded in
-// rank order, then the shard of the result is written into every output).
+// rank order and the shard of the result written into every output).
 //
 // Coordination is two barriers per call and CTA, both derived from the layouts: a rank may read a
 // peer's input and write its output only once the peer has entered the call (its stream has finished
@@ -29,8 +29,9 @@ enum class ZeroStagingKind : std::uint8_t { all_reduce, all_gather, reduce_scatt
 // CTAs of one zero-staging call at most; each rank's barrier words are [kZeroStagingMaxCtas][kMaxRanks].
 inline constexpr int kZeroStagingMaxCtas = 64;
 inline constexpr std::uint64_t kZeroStagingWords = static_cast<std::uint64_t>(kZeroStagingMaxCtas) * kMaxRanks;
-// A CTA moves its share in steps of this many bytes, so that AllReduce's shard of the result is
-// still in L2 when it is copied to the peers, and AllGather's input when it is pushed to the next.
+// An Atom that does not fan moves a CTA's share in steps of this many bytes, so that AllReduce's
+// shard of the result is still in L2 when it is copied to the peers, and AllGather's input when it
+// is pushed to the next.
 inline constexpr std::uint64_t kZeroStagingStep = 64u << 10;
 
 struct ZeroStagingCall {
@@ -89,23 +90,41 @@ PURLIN_HD Status zero_staging_barrier(const Atom& atom, const ZeroStagingCall& z
   });
 }
 
-// The work of CTA c of `ctas` between the barriers.
+// An Atom that fans: reduce_fan stores the fold of n sources into n destinations and copy_fan one
+// source into n destinations, each in one pass over the sources. Such an Atom gets a CTA's whole
+// share at once; any other folds (or copies) a step at a time into one destination and copies on
+// from it while the step is still in L2.
+template <class Atom>
+concept ZeroStagingFans = requires(const Atom& a, char* const* d, const char* const* s, int n, std::uint64_t b) {
+  a.reduce_fan(d, s, n, b);
+  a.copy_fan(d, n, s[0], b);
+};
+
+// The work of CTA c of `ctas` between the barriers. Destinations go in the order this rank's own
+// first, then the peers in turn, so that the ranks' stores spread over the peers.
 template <class Atom>
 PURLIN_HD void zero_staging_move(const Atom& atom, const ZeroStagingCall& z, int c, int ctas) {
   const int n = z.nranks, me = z.rank;
   const std::uint64_t b = z.bytes;
+  const char* srcs[kMaxRanks];
+  char* dsts[kMaxRanks];
   switch (z.kind) {
     case ZeroStagingKind::all_reduce: {
       std::uint64_t shard = 0, shard_len = 0, off = 0, len = 0;
       zero_staging_shard(z, me, &shard, &shard_len);
       zero_staging_share(shard_len, c, ctas, &off, &len);
-      const char* srcs[kMaxRanks];
-      for (std::uint64_t done = 0; done < len; done += kZeroStagingStep) {
-        const std::uint64_t at = shard + off + done, step = len - done < kZeroStagingStep ? len - done : kZeroStagingStep;
-        for (int p = 0; p < n; ++p) srcs[p] = z.in[p] + at;
-        atom.reduce(z.out[me] + at, srcs, n, step);
-        for (int p = 0; p < n; ++p)
-          if (p != me) atom.copy(z.out[p] + at, z.out[me] + at, step);
+      if constexpr (ZeroStagingFans<Atom>) {
+        for (int p = 0; p < n; ++p) srcs[p] = z.in[p] + shard + off;
+        for (int k = 0; k < n; ++k) dsts[k] = z.out[(me + k) % n] + shard + off;
+        if (len) atom.reduce_fan(dsts, srcs, n, len);
+      } else {
+        for (std::uint64_t done = 0; done < len; done += kZeroStagingStep) {
+          const std::uint64_t at = shard + off + done, step = len - done < kZeroStagingStep ? len - done : kZeroStagingStep;
+          for (int p = 0; p < n; ++p) srcs[p] = z.in[p] + at;
+          atom.reduce(z.out[me] + at, srcs, n, step);
+          for (int p = 0; p < n; ++p)
+            if (p != me) atom.copy(z.out[p] + at, z.out[me] + at, step);
+        }
       }
       return;
     }
@@ -113,11 +132,13 @@ PURLIN_HD void zero_staging_move(const Atom& atom, const ZeroStagingCall& z, int
       std::uint64_t off = 0, len = 0;
       zero_staging_share(b, c, ctas, &off, &len);
       const std::uint64_t block = static_cast<std::uint64_t>(me) * b;
-      for (std::uint64_t done = 0; done < len; done += kZeroStagingStep) {
-        const std::uint64_t at = off + done, step = len - done < kZeroStagingStep ? len - done : kZeroStagingStep;
-        for (int k = 0; k < n; ++k) {
-          const int p = (me + k) % n;  // this rank's own output first, then the peers in turn
-          atom.copy(z.out[p] + block + at, z.in[me] + at, step);
+      if constexpr (ZeroStagingFans<Atom>) {
+        for (int k = 0; k < n; ++k) dsts[k] = z.out[(me + k) % n] + block + off;
+        if (len) atom.copy_fan(dsts, n, z.in[me] + off, len);
+      } else {
+        for (std::uint64_t done = 0; done < len; done += kZeroStagingStep) {
+          const std::uint64_t at = off + done, step = len - done < kZeroStagingStep ? len - done : kZeroStagingStep;
+          for (int k = 0; k < n; ++k) atom.copy(z.out[(me + k) % n] + block + at, z.in[me] + at, step);
         }
       }
       return;
@@ -126,12 +147,8 @@ PURLIN_HD void zero_staging_move(const Atom& atom, const ZeroStagingCall& z, int
       std::uint64_t off = 0, len = 0;
       zero_staging_share(b, c, ctas, &off, &len);
       const std::uint64_t block = static_cast<std::uint64_t>(me) * b;
-      const char* srcs[kMaxRanks];
-      for (std::uint64_t done = 0; done < len; done += kZeroStagingStep) {
-        const std::uint64_t at = off + done, step = len - done < kZeroStagingStep ? len - done : kZeroStagingStep;
-        for (int p = 0; p < n; ++p) srcs[p] = z.in[p] + block + at;
-        atom.reduce(z.out[me] + at, srcs, n, step);
-      }
+      for (int p = 0; p < n; ++p) srcs[p] = z.in[p] + block + off;
+      if (len) atom.reduce(z.out[me] + off, srcs, n, len);
       return;
     }
     case ZeroStagingKind::all_to_all: {

@@ -33,7 +33,24 @@ struct Case {
   u64 count;  // AllReduce: elements of the buffer; others: of one block
   int ctas;
   bool in_place;
+  bool fans;  // run on FanAtom: whole shares into several destinations at once
 };
+
+// The host Atom with the fans of an Atom that stores a share into every destination in one pass
+// (snac::ZeroStagingFans), so the protocol's fanned branches run here too; the fold is the host
+// Atom's, into the first destination, the others copies of it.
+class FanAtom : public atom::HostAtom {
+ public:
+  using HostAtom::HostAtom;
+  void reduce_fan(char* const* dsts, const char* const* srcs, int n, std::uint64_t bytes) const {
+    reduce(dsts[0], srcs, n, bytes);
+    for (int d = 1; d < n; ++d) copy(dsts[d], dsts[0], bytes);
+  }
+  void copy_fan(char* const* dsts, int n, const char* src, std::uint64_t bytes) const {
+    for (int d = 0; d < n; ++d) copy(dsts[d], src, bytes);
+  }
+};
+static_assert(ZeroStagingFans<FanAtom> && !ZeroStagingFans<atom::HostAtom>);
 
 template <class T>
 T combine(RedOpKind op, T a, T b) {
@@ -133,8 +150,10 @@ void run_case(const Case& cs, int n, std::vector<std::vector<u64>>& words, std::
         ReduceOp op{};
         op.kind = cs.op;
         op.nranks = n;
-        atom::HostAtom a(cs.type, op, atom::WaitGuard{&abort, nullptr, 30.0, nullptr});
-        if (zero_staging_call(a, z, c, cs.ctas) != Status::ok) failures.fetch_add(1);
+        const atom::WaitGuard guard{&abort, nullptr, 30.0, nullptr};
+        const Status s = cs.fans ? zero_staging_call(FanAtom(cs.type, op, guard), z, c, cs.ctas)
+                                 : zero_staging_call(atom::HostAtom(cs.type, op, guard), z, c, cs.ctas);
+        if (s != Status::ok) failures.fetch_add(1);
       });
     }
   }
@@ -175,7 +194,8 @@ void run_case(const Case& cs, int n, std::vector<std::vector<u64>>& words, std::
         break;
     }
     INFO("kind " << static_cast<int>(cs.kind) << " type " << static_cast<int>(cs.type) << " count " << cs.count
-                 << " ctas " << cs.ctas << " in place " << cs.in_place << " rank " << r << " at " << bad);
+                 << " ctas " << cs.ctas << " in place " << cs.in_place << " fans " << cs.fans << " rank " << r
+                 << " at " << bad);
     REQUIRE(same);
   }
 }
@@ -210,7 +230,9 @@ TEST_CASE("zero-staging calls in sequence give every collective's output", "[zer
         const RedOpKind op = t == DataType::uint8 || t == DataType::int32 ? RedOpKind::sum : ops[i % 3];
         const int ctas = 1 + (i * 5) % 7;
         const bool in_place = (i % 3 == 1) && k != Kind::all_to_all;
-        run(Case{k, t, op, count, ctas, in_place}, n, words, calls, rng);
+        // Calls of the plain and the fanning Atom alternate, in both orders, over the same words.
+        const bool fans = (i / 4) % 2 == 0;
+        run(Case{k, t, op, count, ctas, in_place, fans}, n, words, calls, rng);
         ++i;
       }
     }

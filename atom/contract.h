@@ -22,6 +22,8 @@
 //  - AtomExchanges (the latency exchange, snac/protocol/exchange.h): push (every message a batch
 //    names, scaled first under PreMulSum when it reduces), receive, fold (the rank-ordered fold of
 //    every rank's message, this rank's from its own input).
+//  - AtomPairs (the pair exchange of Send/Recv rounds, snac/protocol/pair_exchange.h): push, copy
+//    and receive as above, and wait_each / signal_each on the pairs' ack words.
 // A role's thread group calls every operation uniformly (all threads of a CTA on a GPU, one thread
 // on the host).
 #pragma once
@@ -98,6 +100,19 @@ concept AtomExchanges = requires(A& a, char* dst, const char* self, std::uint64_
   a.push(1, true, send);
   { a.receive(1, recv) } -> std::same_as<Status>;
   { a.fold(dst, bytes, 0, self, 1, recv) } -> std::same_as<Status>;
+};
+
+// The pair exchange (snac/protocol/pair_exchange.h): the exchange's push, copy and receive, and the
+// producers' free boxes as flag words (wait_each: acquire; signal_each: release, once every thread
+// of the role has finished its reads).
+template <class A>
+concept AtomPairs = requires(A& a, char* dst, const char* src, std::uint64_t bytes, probe::Send send, probe::Recv recv,
+                             probe::Word item) {
+  a.push(1, false, send);
+  a.copy(dst, src, bytes);
+  { a.receive(1, recv) } -> std::same_as<Status>;
+  { a.wait_each(1, item) } -> std::same_as<Status>;
+  a.signal_each(1, item);
 };
 
 // What the roles of snac/protocol/ (stage.h, consume.h) use.

@@ -22,9 +22,11 @@ struct alignas(16) LLPacket {
 };
 static_assert(sizeof(LLPacket) == 16);
 
-// The 16-bit epoch of call `epoch` (>= 1): 1..65535, cycling.
+// The 16-bit epoch of call `epoch` (>= 1): 1..65535, cycling, from the low 32 bits (a 32-bit
+// remainder is a few instructions where a 64-bit one is dozens, and every packet's flag needs it).
+// Epochs two apart, the calls that share a box, differ also across the 32-bit wrap.
 PURLIN_HD constexpr std::uint32_t ll_epoch(std::uint64_t epoch) {
-  return static_cast<std::uint32_t>((epoch - 1) % 65535 + 1);
+  return static_cast<std::uint32_t>(epoch - 1) % 65535u + 1u;
 }
 PURLIN_HD constexpr std::uint32_t ll_flag(std::uint64_t epoch, std::uint64_t tag) {
   return ll_epoch(epoch) << 16 | static_cast<std::uint32_t>(tag & 0xffff);

@@ -26,11 +26,12 @@ constexpr int kMaxChannelsAlone = 64;
 // faster up to 4 MiB with 2 ranks (two H200s, AllReduce of 4 MiB: 31.3 us against 51.2), slower from
 // 256 KiB with 4 and 8.
 constexpr std::uint64_t kTwoRankDirectMax = 4ull << 20;
-// Where the latency exchange would take the two-shot form, two ranks reduce directly only up to
-// 128 KiB (one H200, nccl-tests all_reduce_perf, bf16, graph, us per call, one-shot against two-shot:
-// 64 KiB 4.7 / 7.1, 128 KiB 5.3 / 7.3, 256 KiB 11.6 / 9.4, 512 KiB 22.5 (direct kernels) / 20.1;
-// perf/results/2026-12-02-h200-two-shot/).
-constexpr std::uint64_t kTwoRankExchangeDirectMax = 128ull << 10;
+// Where the latency exchange would take the two-shot form, AllReduce runs one-shot up to this size:
+// with the word kernels (perf/results/2026-12-04-h200-word/, one H200, nccl-tests all_reduce_perf,
+// bf16, graph, us per call, one-shot against two-shot) 2 ranks at 256 KiB 3.60 / 6.20, 4 ranks
+// 8.20 / 12.64; 8 ranks at 64 KiB 20.76 / 12.64, level at 16 KiB. With 2 and 4 ranks the bound is
+// the largest message the exchange takes (kExchangeMaxBytes).
+constexpr std::uint64_t exchange_direct_max(int nranks) { return nranks <= 4 ? 256ull << 10 : 32ull << 10; }
 // Staging of all channels together (both halves) stays within this; fewer, larger windows keep
 // the table's size.
 constexpr std::uint64_t kStagingBudget = 256ull << 20;
@@ -72,7 +73,7 @@ Policy defaults(const Regime& r) {
   // form moves between them. With more ranks the direct reduce reads n inputs on every rank and
   // loses from 256 KiB (one H200, 4 and 8 ranks).
   p.direct_max_bytes = r.nranks == 2 ? kTwoRankDirectMax : 64u << 10;
-  p.exchange_direct_max_bytes = r.nranks == 2 ? kTwoRankExchangeDirectMax : p.direct_max_bytes;
+  p.exchange_direct_max_bytes = exchange_direct_max(r.nranks);
   p.broadcast_direct_max_bytes = 4u << 20;
   p.sim_us_per_op = 5.0;
   p.sim_gbps = 1000.0;

@@ -28,6 +28,23 @@ cudaError_t launch_reduction(const ExchangeArgs& a, int threads, cudaStream_t st
 
 }  // namespace
 
+void UniformSide::prepare(int n, int channels) {
+  const auto share_of = [channels](std::uint64_t len) {
+    return static_cast<std::uint32_t>(len ? exchange_slice(Part{nullptr, len}, 0, channels).bytes : 0);
+  };
+  stride = share = tail_share = 0;
+  if (form == Form::packed || form == Form::blocks) {
+    stride = form == Form::blocks ? static_cast<std::uint32_t>(bytes) : 0;
+    share = share_of(bytes);
+    return;
+  }
+  // The shards as part() cuts them: full ones of `stride` bytes, then at most one shorter.
+  const Part first = part(0, n);
+  stride = static_cast<std::uint32_t>(first.bytes);
+  share = share_of(stride);
+  if (stride) tail_share = share_of(bytes % stride);
+}
+
 ExchangeFold exchange_fold(DataType type, const ReduceOp& op) {
   if (op.kind != RedOpKind::sum) return ExchangeFold::any;
   switch (type) {
@@ -51,6 +68,27 @@ bool exchange_serves(CollKind kind) {
     case CollKind::scatter: return true;
     default: return false;
   }
+}
+
+int exchange_word_ranks(CollKind kind, const ExchangeArgs& a) {
+  if (config().exchange_word_disabled) return 0;
+  switch (kind) {
+    case CollKind::all_reduce:
+    case CollKind::all_reduce_direct:
+    case CollKind::reduce_scatter:
+    case CollKind::reduce_direct:
+      if (exchange_fold(a.type, a.op) == ExchangeFold::any) return 0;
+      break;
+    case CollKind::all_gather:
+    case CollKind::all_to_all:
+    case CollKind::broadcast_direct:
+    case CollKind::gather:
+    case CollKind::scatter: break;
+    default: return 0;
+  }
+  for (int ranks : {2, 4, 8})
+    if (a.nranks <= ranks) return ranks;
+  return 0;
 }
 
 int exchange_lean_slots(CollKind kind, const ExchangeArgs& a, std::uint64_t slice_packets, int threads) {

@@ -34,8 +34,8 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) exchange_kernel(const 
   const int c = blockIdx.x, n = a.nranks;
   const std::uint64_t entered = a.stamps && c == 0 && threadIdx.x == 0 ? atom::global_ns() : 0;
   const int nin = a.in.parts(n), nout = a.out.parts(n);
-  for (int i = threadIdx.x; i < nin; i += blockDim.x) in[i] = exchange_slice(a.in.part(i, n), c, a.channels);
-  for (int i = threadIdx.x; i < nout; i += blockDim.x) out[i] = exchange_slice(a.out.part(i, n), c, a.channels);
+  for (int i = threadIdx.x; i < nin; i += blockDim.x) in[i] = a.in.slice(i, c);
+  for (int i = threadIdx.x; i < nout; i += blockDim.x) out[i] = a.out.slice(i, c);
   for (int i = threadIdx.x; i < n; i += blockDim.x) inbox[i] = a.inbox[i];
   if (threadIdx.x == 0) {
     words = atom::SmCtaWords{};
@@ -88,11 +88,18 @@ cudaError_t launch_exchange_slots(const ExchangeArgs& a, int threads, cudaStream
                        dim3(static_cast<unsigned>(threads)), a.pdl, stream, a);
 }
 
-// The kernel with every form, or the lean one that a.slots names (compiled in
-// snac/executors/exchange/lean_*.cu, apart from these, so that the two build in parallel).
+// The word kernel that a.word names (snac/executors/exchange/word_*.cu), the lean one that a.slots
+// names (lean_*.cu), or the kernel with every form: each compiled in its own translation units, so
+// that they build in parallel.
 template <class D, class Fixed>
 cudaError_t launch_exchange(const ExchangeArgs& a, int threads, cudaStream_t stream) {
   if constexpr (exchange_has_lean<D, Fixed>()) {
+    switch (a.word) {
+      case 2: return launch_word<D, Fixed, 2>(a, threads, stream);
+      case 4: return launch_word<D, Fixed, 4>(a, threads, stream);
+      case 8: return launch_word<D, Fixed, 8>(a, threads, stream);
+      default: break;
+    }
     switch (a.slots) {
       case 2: return launch_lean<D, Fixed, 2>(a, threads, stream);
       case 4: return launch_lean<D, Fixed, 4>(a, threads, stream);

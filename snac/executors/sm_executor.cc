@@ -26,8 +26,10 @@
 #include "snac/executors/sm_exchange.h"
 #include "snac/executors/sm_kernel.h"
 #include "snac/executors/sm_peer_buffers.h"
+#include "snac/executors/sm_pair.h"
 #include "snac/executors/sm_zero_staging.h"
 #include "snac/protocol/exchange.h"
+#include "snac/protocol/pair_exchange.h"
 
 namespace purlin::snac {
 namespace {
@@ -49,6 +51,10 @@ class SmExecutor final : public Executor {
     cuda::free(done_);
     cuda::free(inbox_dev_);
     cuda::free(exchange_epoch_);
+    cuda::free(pbox_dev_);
+    cuda::free(acks_dev_);
+    cuda::free(pair_sent_);
+    cuda::free(pair_taken_);
     write_stamps();
     cuda::free(stamps_);
     if (copy_) cudaFree(copy_);
@@ -76,8 +82,16 @@ class SmExecutor final : public Executor {
       exchange_bytes_ = sizeof(atom::LLPacket) * box_packets_ * exchange_boxes(n) *
                         static_cast<std::uint64_t>(policy_.exchange_channels);
     }
+    // The pair exchange's boxes and ack words follow (Send/Recv rounds, snac/protocol/pair_exchange.h),
+    // boxes of the exchange's size, kDepth per producer and channel.
+    pair_off_ = exchange_off_ + exchange_bytes_;
+    if (exchange_bytes_ && n <= kPairMaxRanks) {
+      pair_bytes_ = sizeof(atom::LLPacket) * box_packets_ * pair_boxes(n) * static_cast<std::uint64_t>(policy_.exchange_channels);
+      acks_off_ = pair_off_ + pair_bytes_;
+      pair_bytes_ += sizeof(std::uint64_t) * static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(policy_.exchange_channels);
+    }
     // Zero-staging's barrier words follow.
-    zs_off_ = (exchange_off_ + exchange_bytes_ + 4095) / 4096 * 4096;
+    zs_off_ = (pair_off_ + pair_bytes_ + 4095) / 4096 * 4096;
     const std::uint64_t window_bytes = zs_off_ + sizeof(std::uint64_t) * kZeroStagingWords;
     PURLIN_TRY(alloc_window(boot, window_bytes));
     PURLIN_TRY(cuda::alloc(sizeof(LocalState) * channels_, reinterpret_cast<void**>(&state_)));
@@ -159,6 +173,23 @@ class SmExecutor final : public Executor {
       PURLIN_TRY(cuda::check(cudaMemcpy(inbox_dev_, inbox.data(), sizeof(atom::LLPacket*) * n, cudaMemcpyHostToDevice),
                              "cudaMemcpy(exchange boxes)"));
       PURLIN_TRY(cuda::alloc(sizeof(std::uint64_t) * kExchangeMaxChannels, reinterpret_cast<void**>(&exchange_epoch_)));
+      if (pair_bytes_) {
+        std::vector<atom::LLPacket*> pbox(static_cast<std::size_t>(n));
+        std::vector<std::uint64_t*> acks(static_cast<std::size_t>(n));
+        for (int r = 0; r < n; ++r) {
+          pbox[r] = reinterpret_cast<atom::LLPacket*>(bases[r] + pair_off_);
+          acks[r] = reinterpret_cast<std::uint64_t*>(bases[r] + acks_off_);
+        }
+        PURLIN_TRY(cuda::alloc(sizeof(atom::LLPacket*) * n, reinterpret_cast<void**>(&pbox_dev_)));
+        PURLIN_TRY(cuda::alloc(sizeof(std::uint64_t*) * n, reinterpret_cast<void**>(&acks_dev_)));
+        PURLIN_TRY(cuda::check(cudaMemcpy(pbox_dev_, pbox.data(), sizeof(atom::LLPacket*) * n, cudaMemcpyHostToDevice),
+                               "cudaMemcpy(pair boxes)"));
+        PURLIN_TRY(cuda::check(cudaMemcpy(acks_dev_, acks.data(), sizeof(std::uint64_t*) * n, cudaMemcpyHostToDevice),
+                               "cudaMemcpy(pair acks)"));
+        const std::size_t counts = sizeof(std::uint64_t) * static_cast<std::size_t>(n) * kExchangeMaxChannels;
+        PURLIN_TRY(cuda::alloc(counts, reinterpret_cast<void**>(&pair_sent_)));
+        PURLIN_TRY(cuda::alloc(counts, reinterpret_cast<void**>(&pair_taken_)));
+      }
       if (!config().stamps_path.empty())
         PURLIN_TRY(cuda::alloc(sizeof(std::uint64_t) * kExchangeStamps * kExchangeStampCalls,
                                reinterpret_cast<void**>(&stamps_)));
@@ -226,8 +257,27 @@ class SmExecutor final : public Executor {
       last_kind_.store(op.kind, std::memory_order_relaxed);
       last_channels_.store(x.channels, std::memory_order_relaxed);
       last_slots_.store(x.slots, std::memory_order_relaxed);
+      last_word_.store(x.word, std::memory_order_relaxed);
       return cuda::check(launch_exchange(op.kind, x, threads, stream), "launching the exchange kernel");
     }
+    Op rest;
+    const Op* generic = &op;
+    if (op.kind == CollKind::send_recv && pair_bytes_) {
+      bool any = false;
+      PURLIN_TRY(pair_round(op, stream, &rest, &any));
+      if (any) {
+        bool left = false;
+        for (const Part& p : rest.in) left = left || p.bytes;
+        for (const Part& p : rest.out) left = left || p.bytes;
+        if (!left) return Status::ok;
+        generic = &rest;
+      }
+    }
+    return execute_generic(*generic, stream);
+  }
+
+  // The generic kernels (sm_kernel.cu): every collective, any size.
+  Status execute_generic(const Op& op, cudaStream_t stream) {
     last_exchange_.store(false, std::memory_order_relaxed);
     KernelArgs a = args_;
     a.channels = channels_for(op);
@@ -273,7 +323,9 @@ class SmExecutor final : public Executor {
                          last_channels_.load(std::memory_order_relaxed));
     if (last_exchange_.load(std::memory_order_relaxed))
       return fmt::format("{}_LLxExchange{}x{}ch", name_of(last_kind_.load(std::memory_order_relaxed)),
-                         last_slots_.load(std::memory_order_relaxed) ? "Lean" : "",
+                         last_word_.load(std::memory_order_relaxed)    ? "Word"
+                         : last_slots_.load(std::memory_order_relaxed) ? "Lean"
+                                                                       : "",
                          last_channels_.load(std::memory_order_relaxed));
     return fmt::format("{}_SMx{}ch", name_of(last_kind_.load(std::memory_order_relaxed)),
                        last_channels_.load(std::memory_order_relaxed));
@@ -403,6 +455,66 @@ class SmExecutor final : public Executor {
     return cuda::check(launch_zero_staging(a, stream), "launching the zero-staging kernel");
   }
 
+  // Whether a Send/Recv message of `bytes` takes the pair exchange: every slice fits a box. Both ends
+  // of a message decide alike from its size.
+  bool pair_fits(std::uint64_t bytes) const {
+    if (bytes == 0 || bytes > policy_.exchange_max_bytes) return false;
+    const int chs = pair_channels(bytes, policy_.exchange_channel_bytes, policy_.exchange_channels);
+    return exchange_slice(Part{nullptr, bytes}, 0, chs).bytes <= box_packets_ * 8;
+  }
+
+  // Launches the pair exchange for the messages of Send/Recv round `op` that fit it (*any: there
+  // were some) and leaves the others in *rest for the generic kernels, which run after it.
+  Status pair_round(const Op& op, cudaStream_t stream, Op* rest, bool* any) {
+    const int n = xargs_.nranks, me = xargs_.rank;
+    *any = false;
+    if (static_cast<int>(op.in.size()) != n || static_cast<int>(op.out.size()) != n) return Status::ok;
+    PairArgs a;
+    a.rank = me;
+    a.nranks = n;
+    a.box_packets = box_packets_;
+    a.pbox = pbox_dev_;
+    a.acks = acks_dev_;
+    a.sent = pair_sent_;
+    a.taken = pair_taken_;
+    a.win = windows_dev_;
+    a.guard = xargs_.guard;
+    a.pdl = xargs_.pdl;
+    a.one_gpu = args_.one_gpu;
+    *rest = op;
+    std::uint64_t slice = 0;
+    int channels = 0;
+    a.aligned = true;
+    const auto take = [&](const Part& p, Part* into, Part* left, std::int32_t* chs, std::uint32_t* share) {
+      if (!pair_fits(p.bytes)) return;
+      *into = p;
+      *left = Part{nullptr, 0};
+      *chs = pair_channels(p.bytes, policy_.exchange_channel_bytes, policy_.exchange_channels);
+      *share = static_cast<std::uint32_t>(exchange_slice(Part{nullptr, p.bytes}, 0, *chs).bytes);
+      channels = std::max(channels, *chs);
+      slice = std::max<std::uint64_t>(slice, *share);
+      a.aligned = a.aligned && reinterpret_cast<std::uintptr_t>(p.ptr) % 8 == 0 && p.bytes % 8 == 0;
+      *any = true;
+    };
+    for (int d = 0; d < n; ++d) {
+      // A message to itself is a copy: it takes the pair path when both ends of it do.
+      if (d == me && !(pair_fits(op.in[d].bytes) && pair_fits(op.out[d].bytes))) continue;
+      take(op.in[d], &a.in[d], &rest->in[d], &a.in_channels[d], &a.in_share[d]);
+      take(op.out[d], &a.out[d], &rest->out[d], &a.out_channels[d], &a.out_share[d]);
+    }
+    if (!*any) return Status::ok;
+    a.channels = channels;
+    const int threads = static_cast<int>(std::clamp<std::uint64_t>((atom::ll_packets(slice) + 31) / 32 * 32, 32, kExchangeMaxThreads));
+    last_stream_used_ = true;
+    last_local_.store(false, std::memory_order_relaxed);
+    last_exchange_.store(true, std::memory_order_relaxed);
+    last_kind_.store(op.kind, std::memory_order_relaxed);
+    last_channels_.store(channels, std::memory_order_relaxed);
+    last_slots_.store(0, std::memory_order_relaxed);
+    last_word_.store(n <= 2 ? 2 : n <= 4 ? 4 : 8, std::memory_order_relaxed);
+    return cuda::check(launch_pair(a, threads, stream), "launching the pair exchange kernel");
+  }
+
   // One channel's slice of the largest message the exchange takes (exchange_slice's rounding).
   std::uint64_t exchange_slice_bytes(std::uint64_t largest) const {
     const int channels = exchange_channels_for(largest);
@@ -473,6 +585,8 @@ class SmExecutor final : public Executor {
       if (p.bytes != op.out[k].bytes || (p.bytes && p.ptr != op.out[k].ptr)) return false;
     }
     a.channels = exchange_channels_for(largest);
+    a.in.prepare(n, a.channels);
+    a.out.prepare(n, a.channels);
     a.root = op.root;
     a.type = op.type;
     a.op = op.op;
@@ -480,7 +594,12 @@ class SmExecutor final : public Executor {
     const std::uint64_t packets = atom::ll_packets(exchange_slice(Part{nullptr, largest}, 0, a.channels).bytes);
     const std::uint64_t per = static_cast<std::uint64_t>(atom::ll_batch_words(n - 1));
     *threads = static_cast<int>(std::clamp<std::uint64_t>(((packets + per - 1) / per + 31) / 32 * 32, 32, kExchangeMaxThreads));
-    a.slots = exchange_lean_slots(op.kind, a, packets, *threads);
+    // The word kernels take whole 8-byte words at aligned addresses.
+    bool words = true;
+    for (const Part& p : op.in) words = words && (reinterpret_cast<std::uintptr_t>(p.ptr) % 8 == 0) && p.bytes % 8 == 0;
+    for (const Part& p : op.out) words = words && (reinterpret_cast<std::uintptr_t>(p.ptr) % 8 == 0) && p.bytes % 8 == 0;
+    a.word = words ? exchange_word_ranks(op.kind, a) : 0;
+    a.slots = a.word ? 0 : exchange_lean_slots(op.kind, a, packets, *threads);
     *x = a;
     return true;
   }
@@ -565,6 +684,13 @@ class SmExecutor final : public Executor {
   atom::LLPacket** inbox_dev_ = nullptr;
   std::uint64_t* stamps_ = nullptr;
   std::uint64_t* exchange_epoch_ = nullptr;
+  // The pair exchange (Send/Recv rounds): its boxes and ack words in the window, every rank's as
+  // mapped here, and this rank's message counts per peer and channel.
+  std::uint64_t pair_off_ = 0, pair_bytes_ = 0, acks_off_ = 0;
+  atom::LLPacket** pbox_dev_ = nullptr;
+  std::uint64_t** acks_dev_ = nullptr;
+  std::uint64_t* pair_sent_ = nullptr;
+  std::uint64_t* pair_taken_ = nullptr;
   ExchangeArgs xargs_{};
   std::atomic<bool> last_exchange_{false};
   std::atomic<bool> last_zero_staging_{false};
@@ -587,6 +713,7 @@ class SmExecutor final : public Executor {
   std::atomic<CollKind> last_kind_{CollKind::all_reduce};
   std::atomic<int> last_channels_{0};
   std::atomic<int> last_slots_{0};
+  std::atomic<int> last_word_{0};
   std::atomic<bool> last_local_{false};
 };
 

@@ -111,7 +111,7 @@ TEST_CASE("the built-in SM policy bounds the direct forms by collective and rank
   CHECK(host.broadcast_direct_max_bytes == (8u << 10));
 }
 
-TEST_CASE("two ranks' AllReduce is one-shot up to 128 KiB where the exchange takes the two-shot form", "[policy]") {
+TEST_CASE("AllReduce is one-shot where the exchange takes it up to its bound per rank count (256 KiB with 2 and 4 ranks, 32 KiB with 8)", "[policy]") {
   using purlin::snac::DirectOf;
   using purlin::snac::runs_direct;
   const auto two = policy_for(sm_policy_recipe(), Regime{2, 2, 132, 2, 90});
@@ -121,9 +121,8 @@ TEST_CASE("two ranks' AllReduce is one-shot up to 128 KiB where the exchange tak
     return runs_direct(p, DirectOf::all_reduce, total, (total / n + 255) / 256 * 256);
   };
   CHECK(ar(two, 64u << 10, 2));
-  CHECK(ar(two, 128u << 10, 2));
-  CHECK_FALSE(ar(two, (128u << 10) + 256, 2));
-  CHECK_FALSE(ar(two, 256u << 10, 2));
+  CHECK(ar(two, 256u << 10, 2));
+  CHECK_FALSE(ar(two, (256u << 10) + 256, 2));
   CHECK_FALSE(ar(two, 512u << 10, 2));    // shards of 256 KiB: the two-shot exchange
   CHECK(ar(two, (512u << 10) + 512, 2));  // shards beyond the exchange's bound: the direct kernels
   CHECK(ar(two, 1u << 20, 2));            // and a call beyond its call bound
@@ -133,11 +132,21 @@ TEST_CASE("two ranks' AllReduce is one-shot up to 128 KiB where the exchange tak
   // Reduce and Broadcast keep their bounds.
   CHECK(runs_direct(two, DirectOf::reduce, 256u << 10, 128u << 10));
   CHECK(runs_direct(two, DirectOf::broadcast, 256u << 10, 128u << 10));
-  // With eight ranks the exchange's bound is the direct bound.
+  // With four ranks the exchange runs one-shot beyond the generic kernels' direct bound.
+  const auto four = policy_for(sm_policy_recipe(), Regime{4, 4, 132, 2, 90});
+  CHECK(ar(four, 256u << 10, 4));
+  CHECK_FALSE(ar(four, 512u << 10, 4));
+  CHECK_FALSE(runs_direct(four, DirectOf::broadcast, (4u << 20) + 256, 64u << 10));
+  // With eight ranks the exchange's bound is below the direct bound.
   const auto eight = policy_for(sm_policy_recipe(), Regime{8, 8, 132, 2, 90});
-  CHECK(eight.exchange_direct_max_bytes == eight.direct_max_bytes);
-  CHECK(ar(eight, 64u << 10, 8));
+  CHECK(ar(eight, 32u << 10, 8));
+  CHECK_FALSE(ar(eight, 64u << 10, 8));
   CHECK_FALSE(ar(eight, 128u << 10, 8));
+  // Reduce runs direct wherever the exchange takes its whole buffer, beyond the direct bound.
+  REQUIRE(eight.exchange_max_bytes == (256u << 10));
+  CHECK(runs_direct(eight, DirectOf::reduce, 256u << 10, 32u << 10));
+  CHECK_FALSE(runs_direct(eight, DirectOf::reduce, (256u << 10) + 256, 32u << 10));
+  CHECK_FALSE(runs_direct(eight, DirectOf::reduce, 1u << 20, 128u << 10));
   // The host datapath keeps one bound for both.
   const auto host = policy_for(host_policy_recipe(), Regime{2, 1, 0});
   CHECK(host.exchange_direct_max_bytes == host.direct_max_bytes);

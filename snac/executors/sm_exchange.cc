@@ -70,22 +70,31 @@ bool exchange_serves(CollKind kind) {
   }
 }
 
-int exchange_word_ranks(CollKind kind, const ExchangeArgs& a) {
-  if (config().exchange_word_disabled) return 0;
+namespace {
+
+// Which kernels compiled for one form exist for `kind` with a's type and operator: a reduction's
+// (the sum of bf16, f16 or f32), a copy's (any type), or none (the kernels for any type and
+// operator serve it).
+enum class Fixed { none, reduction, copy };
+Fixed fixed_kernels(CollKind kind, const ExchangeArgs& a) {
   switch (kind) {
     case CollKind::all_reduce:
     case CollKind::all_reduce_direct:
     case CollKind::reduce_scatter:
-    case CollKind::reduce_direct:
-      if (exchange_fold(a.type, a.op) == ExchangeFold::any) return 0;
-      break;
+    case CollKind::reduce_direct: return exchange_fold(a.type, a.op) == ExchangeFold::any ? Fixed::none : Fixed::reduction;
     case CollKind::all_gather:
     case CollKind::all_to_all:
     case CollKind::broadcast_direct:
     case CollKind::gather:
-    case CollKind::scatter: break;
-    default: return 0;
+    case CollKind::scatter: return Fixed::copy;
+    default: return Fixed::none;
   }
+}
+
+}  // namespace
+
+int exchange_word_ranks(CollKind kind, const ExchangeArgs& a) {
+  if (config().exchange_word_disabled || fixed_kernels(kind, a) == Fixed::none) return 0;
   for (int ranks : {2, 4, 8})
     if (a.nranks <= ranks) return ranks;
   return 0;
@@ -94,22 +103,10 @@ int exchange_word_ranks(CollKind kind, const ExchangeArgs& a) {
 int exchange_lean_slots(CollKind kind, const ExchangeArgs& a, std::uint64_t slice_packets, int threads) {
   // The one-word form needs a thread per word of every message (atom::LLAtom's one_word).
   if (config().exchange_lean_disabled || slice_packets > static_cast<std::uint64_t>(threads)) return 0;
-  int most = 4;  // a copy's kernel has the one-word form up to 4 slots
-  switch (kind) {
-    case CollKind::all_reduce:
-    case CollKind::all_reduce_direct:
-    case CollKind::reduce_scatter:
-    case CollKind::reduce_direct:
-      if (exchange_fold(a.type, a.op) == ExchangeFold::any) return 0;  // no one-word form
-      most = kExchangeLeanMaxSlots;
-      break;
-    case CollKind::all_gather:
-    case CollKind::all_to_all:
-    case CollKind::broadcast_direct:
-    case CollKind::gather:
-    case CollKind::scatter: break;
-    default: return 0;
-  }
+  const Fixed fixed = fixed_kernels(kind, a);
+  if (fixed == Fixed::none) return 0;  // no one-word form
+  // A copy's kernel has the one-word form up to 4 slots.
+  const int most = fixed == Fixed::reduction ? kExchangeLeanMaxSlots : 4;
   for (int slots : {2, 4, kExchangeLeanMaxSlots})
     if (slots <= most && a.nranks <= slots) return slots;
   return 0;

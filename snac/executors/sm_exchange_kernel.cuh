@@ -6,7 +6,9 @@
 
 #include "atom/sm/ll_atom.cuh"
 #include "snac/executors/sm_exchange.h"
+#include "snac/executors/sm_exchange_device.cuh"
 #include "snac/executors/sm_launch.cuh"
+#include "snac/executors/sm_outcome.cuh"
 #include "snac/protocol/exchange.h"
 
 namespace purlin::snac {
@@ -33,10 +35,7 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) exchange_kernel(const 
   __shared__ std::uint64_t expected;
   const int c = blockIdx.x, n = a.nranks;
   const std::uint64_t entered = a.stamps && c == 0 && threadIdx.x == 0 ? atom::global_ns() : 0;
-  const int nin = a.in.parts(n), nout = a.out.parts(n);
-  for (int i = threadIdx.x; i < nin; i += blockDim.x) in[i] = a.in.slice(i, c);
-  for (int i = threadIdx.x; i < nout; i += blockDim.x) out[i] = a.out.slice(i, c);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) inbox[i] = a.inbox[i];
+  exchange_cut(a, c, in, out, inbox);
   if (threadIdx.x == 0) {
     words = atom::SmCtaWords{};
     expected = *static_cast<volatile std::uint64_t*>(a.epoch + c) + 1;
@@ -44,12 +43,7 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) exchange_kernel(const 
   __syncthreads();
   // Stamps (channel 0): entry, start of work, then the Atom's (the start, every phase's pushes and
   // receives), the end.
-  std::uint64_t* stamps = a.stamps && c == 0 ? a.stamps + (expected % kExchangeStampCalls) * kExchangeStamps : nullptr;
-  if (stamps && threadIdx.x == 0) {
-    stamps[0] = entered;
-    stamps[1] = atom::global_ns();
-    for (int i = 2; i < kExchangeStamps; ++i) stamps[i] = 0;
-  }
+  std::uint64_t* stamps = exchange_stamps(a, c, expected, entered);
   Call call;
   call.root = a.root;
   call.type = a.type;
@@ -75,11 +69,7 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) exchange_kernel(const 
     __syncthreads();
   }
   if (stamps && threadIdx.x == 0) stamps[kExchangeEndStamp] = atom::global_ns();
-  // A mismatch stops the peers too: their waits watch their fault words.
-  if (s == Status::invalid_usage)
-    for (int d = threadIdx.x; d < n; d += blockDim.x)
-      if (d != a.rank) atom::st_release_sys(a.win[d].fault, static_cast<std::uint64_t>(s));
-  if (s != Status::ok && threadIdx.x == 0) *a.guard.error = static_cast<int>(s);
+  report_outcome(s, a.rank, n, a.win, a.guard);
 }
 
 template <class D, class Fixed, int Slots>

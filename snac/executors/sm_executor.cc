@@ -532,13 +532,17 @@ class SmExecutor final : public Executor {
   bool exchange_plan(const Op& op, ExchangeArgs* x, int* threads) const {
     if (!exchange_bytes_ || !exchange_serves(op.kind) || op.in.empty() || op.out.empty()) return false;
     std::uint64_t largest = 0, total_in = 0, total_out = 0;
+    // The word kernels take whole 8-byte words at aligned addresses.
+    bool words = true;
     for (const Part& p : op.in) {
       largest = std::max(largest, p.bytes);
       total_in += p.bytes;
+      words = words && reinterpret_cast<std::uintptr_t>(p.ptr) % 8 == 0 && p.bytes % 8 == 0;
     }
     for (const Part& p : op.out) {
       largest = std::max(largest, p.bytes);
       total_out += p.bytes;
+      words = words && reinterpret_cast<std::uintptr_t>(p.ptr) % 8 == 0 && p.bytes % 8 == 0;
     }
     if (largest == 0 || largest > policy_.exchange_max_bytes) return false;
     const int n = xargs_.nranks;
@@ -594,10 +598,6 @@ class SmExecutor final : public Executor {
     const std::uint64_t packets = atom::ll_packets(exchange_slice(Part{nullptr, largest}, 0, a.channels).bytes);
     const std::uint64_t per = static_cast<std::uint64_t>(atom::ll_batch_words(n - 1));
     *threads = static_cast<int>(std::clamp<std::uint64_t>(((packets + per - 1) / per + 31) / 32 * 32, 32, kExchangeMaxThreads));
-    // The word kernels take whole 8-byte words at aligned addresses.
-    bool words = true;
-    for (const Part& p : op.in) words = words && (reinterpret_cast<std::uintptr_t>(p.ptr) % 8 == 0) && p.bytes % 8 == 0;
-    for (const Part& p : op.out) words = words && (reinterpret_cast<std::uintptr_t>(p.ptr) % 8 == 0) && p.bytes % 8 == 0;
     a.word = words ? exchange_word_ranks(op.kind, a) : 0;
     a.slots = a.word ? 0 : exchange_lean_slots(op.kind, a, packets, *threads);
     *x = a;

@@ -7,7 +7,9 @@
 
 #include "atom/sm/word_atom.cuh"
 #include "snac/executors/sm_exchange.h"
+#include "snac/executors/sm_exchange_device.cuh"
 #include "snac/executors/sm_launch.cuh"
+#include "snac/executors/sm_outcome.cuh"
 #include "snac/protocol/exchange.h"
 
 namespace purlin::snac {
@@ -28,10 +30,7 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) word_kernel(const __gr
   __shared__ std::uint64_t epoch;
   const int c = blockIdx.x, n = a.nranks;
   const std::uint64_t entered = a.stamps && c == 0 && threadIdx.x == 0 ? atom::global_ns() : 0;
-  const int nin = a.in.parts(n), nout = a.out.parts(n);
-  for (int i = threadIdx.x; i < nin; i += blockDim.x) in[i] = a.in.slice(i, c);
-  for (int i = threadIdx.x; i < nout; i += blockDim.x) out[i] = a.out.slice(i, c);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) inbox[i] = a.inbox[i];
+  exchange_cut(a, c, in, out, inbox);
 #if __CUDA_ARCH__ >= 900
   if (a.pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
@@ -47,12 +46,7 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) word_kernel(const __gr
 #if __CUDA_ARCH__ >= 900
   if (a.pdl && a.trigger == PdlTrigger::start) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-  std::uint64_t* stamps = a.stamps && c == 0 ? a.stamps + (epoch % kExchangeStampCalls) * kExchangeStamps : nullptr;
-  if (stamps && threadIdx.x == 0) {
-    stamps[0] = entered;
-    stamps[1] = atom::global_ns();
-    for (int i = 2; i < kExchangeStamps; ++i) stamps[i] = 0;
-  }
+  std::uint64_t* stamps = exchange_stamps(a, c, epoch, entered);
   Call call;
   call.root = a.root;
   call.type = a.type;
@@ -64,15 +58,10 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) word_kernel(const __gr
   const int trigger = a.trigger == PdlTrigger::last ? last : -1;
   const ExchangeContext x{a.rank, n, c, epoch, a.box_packets, inbox};
   atom::WordAtom<N, Fixed, D::consume == coll::Consume::reduce> atom(a.op, a.guard, &words, &tables, a.pdl, trigger);
-  const Status mine = exchange_call<D>(atom, x, call);
   // Every step agreed on its outcome: the status is the CTA's.
-  const Status s = mine;
+  const Status s = exchange_call<D>(atom, x, call);
   if (stamps && threadIdx.x == 0) stamps[kExchangeEndStamp] = atom::global_ns();
-  // A mismatch stops the peers too: their waits watch their fault words.
-  if (s == Status::invalid_usage)
-    for (int d = threadIdx.x; d < n; d += blockDim.x)
-      if (d != a.rank) atom::st_release_sys(a.win[d].fault, static_cast<std::uint64_t>(s));
-  if (s != Status::ok && threadIdx.x == 0) *a.guard.error = static_cast<int>(s);
+  report_outcome(s, a.rank, n, a.win, a.guard);
 }
 
 template <class D, class Fixed, int N>

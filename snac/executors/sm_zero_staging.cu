@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "atom/sm/sm_wide_atom.cuh"
+#include "snac/executors/sm_outcome.cuh"
 #include "snac/executors/sm_zero_staging.h"
 #include "snac/protocol/zero_staging.h"
 
@@ -34,11 +35,7 @@ __global__ void __launch_bounds__(kZeroStagingThreads, 1) zero_staging_kernel(co
   const atom::SmWideAtom atom(a.type, a.op, a.guard, &words, a.one_gpu);
   const Status s = zero_staging_call(atom, z, c, a.ctas);
   if (threadIdx.x == 0) a.calls[c] = call;
-  // A mismatch stops the peers too: their waits watch their fault words.
-  if (s == Status::invalid_usage)
-    for (int d = threadIdx.x; d < a.nranks; d += blockDim.x)
-      if (d != a.rank) atom::st_release_sys(a.win[d].fault, static_cast<std::uint64_t>(s));
-  if (s != Status::ok && threadIdx.x == 0) *a.guard.error = static_cast<int>(s);
+  report_outcome(s, a.rank, a.nranks, a.win, a.guard);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "atom/sm/word_atom.cuh"
 #include "snac/executors/sm_launch.cuh"
+#include "snac/executors/sm_outcome.cuh"
 #include "snac/executors/sm_pair.h"
 #include "snac/protocol/pair_exchange.h"
 
@@ -80,11 +81,7 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) pair_kernel(const __gr
     if (sends >> t & 1u) a.sent[static_cast<std::uint64_t>(t) * kExchangeMaxChannels + c] = sent[t] + 1;
     if (recvs >> t & 1u) a.taken[static_cast<std::uint64_t>(t) * kExchangeMaxChannels + c] = taken[t] + 1;
   }
-  // A mismatch stops the peers too: their waits watch their fault words.
-  if (s == Status::invalid_usage)
-    for (int d = t; d < n; d += blockDim.x)
-      if (d != a.rank) atom::st_release_sys(a.win[d].fault, static_cast<std::uint64_t>(s));
-  if (s != Status::ok && t == 0) *a.guard.error = static_cast<int>(s);
+  report_outcome(s, a.rank, n, a.win, a.guard);
 }
 
 }  // namespace

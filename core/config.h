@@ -74,6 +74,8 @@ struct Config {
   std::uint64_t zero_staging_min_bytes = 0;
   bool zero_staging_disabled = false;
   int zero_staging_ctas = 0;           // PURLIN_ZERO_STAGING_CTAS: CTAs per rank of a zero-staging call
+  // PURLIN_ZERO_STAGING_EAGER=0: calls outside graphs are staged whatever their buffers
+  bool zero_staging_eager_disabled = false;
   bool pdl_disabled = false;           // PURLIN_PDL=0: no programmatic dependent launch
   PdlTrigger pdl_trigger = PdlTrigger::start;  // PURLIN_PDL_TRIGGER
   bool exchange_word_disabled = false;  // PURLIN_EXCHANGE_WORD=0: no word kernels (atom::WordAtom)

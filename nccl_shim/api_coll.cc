@@ -18,24 +18,28 @@ char* at(const void* base, std::uint64_t elems, std::size_t es) {
 }
 
 // n parts of `count` elements each, back to back.
-std::vector<Part> even_parts(const void* base, std::size_t count, int n, std::size_t es) {
-  std::vector<Part> parts(static_cast<std::size_t>(n));
-  for (int k = 0; k < n; ++k) parts[k] = Part{at(base, static_cast<std::uint64_t>(k) * count, es), count * es};
-  return parts;
+void even_parts(const void* base, std::size_t count, int n, std::size_t es, std::vector<Part>* parts) {
+  parts->resize(static_cast<std::size_t>(n));
+  for (int k = 0; k < n; ++k) (*parts)[k] = Part{at(base, static_cast<std::uint64_t>(k) * count, es), count * es};
 }
 
 // A whole buffer of `count` elements: how AllReduce, Broadcast and Reduce are handed over (SNAC's
 // plan picks their form and cuts the shards, snac/runtime/plan.h).
-std::vector<Part> whole(const void* base, std::size_t count, std::size_t es) {
-  return {Part{at(base, 0, es), count * es}};
+void whole(const void* base, std::size_t count, std::size_t es, std::vector<Part>* parts) {
+  parts->assign(1, Part{at(base, 0, es), count * es});
 }
 
-Op make_op(CollKind kind, DataType type, const ReduceOp& rop, int root) {
-  Op op;
+// The calling thread's call, refilled by every entry point: its parts' storage is kept, so a call
+// allocates nothing once the thread has made one as large (enqueue copies it into a group).
+Op& make_op(CollKind kind, DataType type, const ReduceOp& rop, int root) {
+  thread_local Op op;
   op.kind = kind;
   op.type = type;
   op.op = rop;
   op.root = root;
+  op.mid_bytes = 0;
+  op.copy_input = false;
+  op.input_bytes = 0;
   return op;
 }
 
@@ -55,10 +59,10 @@ NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size
   if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
   if (count == 0) return ncclSuccess;
   const std::size_t es = size_of(t);
-  Op o = make_op(snac::CollKind::all_reduce, t, r, -1);
-  o.in = whole(sendbuff, count, es);
-  o.out = whole(recvbuff, count, es);
-  return enqueue(comm, std::move(o), stream);
+  Op& o = make_op(snac::CollKind::all_reduce, t, r, -1);
+  whole(sendbuff, count, es, &o.in);
+  whole(recvbuff, count, es, &o.out);
+  return enqueue(comm, o, stream);
 }
 
 namespace {
@@ -74,11 +78,12 @@ ncclResult_t broadcast(const char* fn, const void* sendbuff, void* recvbuff, siz
   if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
   if (count == 0) return ncclSuccess;
   const std::size_t es = size_of(t);
-  Op o = make_op(snac::CollKind::broadcast, t, r, root);
+  Op& o = make_op(snac::CollKind::broadcast, t, r, root);
   // Away from the root the input gives nothing.
-  o.in = comm->rank == root ? whole(sendbuff, count, es) : std::vector<Part>{Part{nullptr, 0}};
-  o.out = whole(recvbuff, count, es);
-  return enqueue(comm, std::move(o), stream);
+  if (comm->rank == root) whole(sendbuff, count, es, &o.in);
+  else o.in.assign(1, Part{nullptr, 0});
+  whole(recvbuff, count, es, &o.out);
+  return enqueue(comm, o, stream);
 }
 }  // namespace
 
@@ -105,11 +110,11 @@ NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t 
   if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
   if (count == 0) return ncclSuccess;
   const std::size_t es = size_of(t);
-  Op o = make_op(snac::CollKind::reduce, t, r, root);
-  o.in = whole(sendbuff, count, es);
+  Op& o = make_op(snac::CollKind::reduce, t, r, root);
+  whole(sendbuff, count, es, &o.in);
   // Only the root keeps the result; elsewhere the output names its size only.
-  o.out = whole(comm->rank == root ? recvbuff : nullptr, count, es);
-  return enqueue(comm, std::move(o), stream);
+  whole(comm->rank == root ? recvbuff : nullptr, count, es, &o.out);
+  return enqueue(comm, o, stream);
 }
 
 NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount,
@@ -121,10 +126,10 @@ NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size
   if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
   if (sendcount == 0) return ncclSuccess;
   const std::size_t es = size_of(t);
-  Op o = make_op(snac::CollKind::all_gather, t, r, -1);
-  o.in = {Part{at(sendbuff, 0, es), sendcount * es}};
-  o.out = even_parts(recvbuff, sendcount, comm->nranks, es);
-  return enqueue(comm, std::move(o), stream);
+  Op& o = make_op(snac::CollKind::all_gather, t, r, -1);
+  whole(sendbuff, sendcount, es, &o.in);
+  even_parts(recvbuff, sendcount, comm->nranks, es, &o.out);
+  return enqueue(comm, o, stream);
 }
 
 NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -138,10 +143,10 @@ NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, 
   if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
   if (recvcount == 0) return ncclSuccess;
   const std::size_t es = size_of(t);
-  Op o = make_op(snac::CollKind::reduce_scatter, t, r, -1);
-  o.in = even_parts(sendbuff, recvcount, comm->nranks, es);
-  o.out = {Part{at(recvbuff, 0, es), recvcount * es}};
-  return enqueue(comm, std::move(o), stream);
+  Op& o = make_op(snac::CollKind::reduce_scatter, t, r, -1);
+  even_parts(sendbuff, recvcount, comm->nranks, es, &o.in);
+  whole(recvbuff, recvcount, es, &o.out);
+  return enqueue(comm, o, stream);
 }
 
 NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
@@ -153,15 +158,15 @@ NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_
   if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
   if (count == 0) return ncclSuccess;
   const std::size_t es = size_of(t);
-  Op o = make_op(snac::CollKind::all_to_all, t, r, -1);
+  Op& o = make_op(snac::CollKind::all_to_all, t, r, -1);
   const std::size_t bytes = count * es * comm->nranks;
   const char* s = static_cast<const char*>(sendbuff);
   const char* d = static_cast<const char*>(recvbuff);
   o.copy_input = s < d + bytes && d < s + bytes;
   o.input_bytes = bytes;
-  o.in = even_parts(sendbuff, count, comm->nranks, es);
-  o.out = even_parts(recvbuff, count, comm->nranks, es);
-  return enqueue(comm, std::move(o), stream);
+  even_parts(sendbuff, count, comm->nranks, es, &o.in);
+  even_parts(recvbuff, count, comm->nranks, es, &o.out);
+  return enqueue(comm, o, stream);
 }
 
 NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
@@ -176,10 +181,10 @@ NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t 
   if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
   if (count == 0) return ncclSuccess;
   const std::size_t es = size_of(t);
-  Op o = make_op(snac::CollKind::gather, t, r, root);
-  o.in = {Part{at(sendbuff, 0, es), count * es}};
-  o.out = even_parts(comm->rank == root ? recvbuff : nullptr, count, comm->nranks, es);
-  return enqueue(comm, std::move(o), stream);
+  Op& o = make_op(snac::CollKind::gather, t, r, root);
+  whole(sendbuff, count, es, &o.in);
+  even_parts(comm->rank == root ? recvbuff : nullptr, count, comm->nranks, es, &o.out);
+  return enqueue(comm, o, stream);
 }
 
 NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
@@ -194,10 +199,11 @@ NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t
   if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
   if (count == 0) return ncclSuccess;
   const std::size_t es = size_of(t);
-  Op o = make_op(snac::CollKind::scatter, t, r, root);
-  o.in = comm->rank == root ? even_parts(sendbuff, count, comm->nranks, es) : std::vector<Part>(comm->nranks, Part{nullptr, 0});
-  o.out = {Part{at(recvbuff, 0, es), count * es}};
-  return enqueue(comm, std::move(o), stream);
+  Op& o = make_op(snac::CollKind::scatter, t, r, root);
+  if (comm->rank == root) even_parts(sendbuff, count, comm->nranks, es, &o.in);
+  else o.in.assign(static_cast<std::size_t>(comm->nranks), Part{nullptr, 0});
+  whole(recvbuff, count, es, &o.out);
+  return enqueue(comm, o, stream);
 }
 
 NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,

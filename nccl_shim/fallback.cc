@@ -200,7 +200,7 @@ Status Fallback::run(const snac::Op& op, cudaStream_t stream) {
   note(op, choice);
   switch (choice.route) {
     case snac::Route::native:
-      return local_->execute({op}, {}, stream);
+      return local_->execute({&op, 1}, {}, stream);
     case snac::Route::nccl:
       return forward_op(*lib_, all_.load(), rank_, nranks_, device_, op, stream);
     case snac::Route::hierarchical:
@@ -208,7 +208,7 @@ Status Fallback::run(const snac::Op& op, cudaStream_t stream) {
   }
   const snac::HostLayout& layout = world_->layout();
   for (const snac::Step& step : snac::hierarchical_plan(op, layout, rank_)) {
-    if (step.where == snac::Step::Where::host) PURLIN_TRY(local_->execute({step.op}, {}, stream));
+    if (step.where == snac::Step::Where::host) PURLIN_TRY(local_->execute({&step.op, 1}, {}, stream));
     else PURLIN_TRY(forward_op(*lib_, rail_.load(), layout.host_of(rank_), layout.hosts(), device_, step.op, stream));
   }
   return Status::ok;

@@ -56,19 +56,20 @@ ncclResult_t gone(const Batch& b) {
                           "are dropped", static_cast<const void*>(b.comm), b.ops.size() + b.p2p.size()));
 }
 
+// The outcome of a communicator's calls. A call refused for its arguments leaves a blocking
+// communicator usable, as NCCL's do; anything else (a peer lost, a timeout, an internal failure)
+// puts it in the error state. A non-blocking one takes any failure as its state (flush).
+ncclResult_t settle(ncclComm* comm, Status s) {
+  if (s == Status::ok) return ncclSuccess;
+  if (s != Status::invalid_argument && s != Status::invalid_usage) comm->async_error.store(static_cast<int>(s));
+  return propagate(comm, s);
+}
+
 ncclResult_t run_batch(const Batch& b) {
   InUse use(b.comm, b.serial);
   if (!use) return gone(b);
-  Status s = b.comm->fallback ? b.comm->fallback->execute(b.ops, b.p2p, b.stream)
-                              : b.comm->impl->execute(b.ops, b.p2p, b.stream);
-  if (s != Status::ok) {
-    // A call refused for its arguments leaves a blocking communicator usable, as NCCL's do;
-    // anything else (a peer lost, a timeout, an internal failure) puts it in the error state. A
-    // non-blocking one takes any failure as its state (flush).
-    if (s != Status::invalid_argument && s != Status::invalid_usage) b.comm->async_error.store(static_cast<int>(s));
-    return propagate(b.comm, s);
-  }
-  return ncclSuccess;
+  return settle(b.comm, b.comm->fallback ? b.comm->fallback->execute(b.ops, b.p2p, b.stream)
+                                         : b.comm->impl->execute(b.ops, b.p2p, b.stream));
 }
 
 // Runs job(0..n-1) at once, each on a thread of its own. Where no thread can be started, the jobs
@@ -251,11 +252,15 @@ ncclResult_t group_failed(ncclResult_t r) {
   return r;
 }
 
-ncclResult_t enqueue(ncclComm* comm, snac::Op op, cudaStream_t stream) {
+ncclResult_t enqueue(ncclComm* comm, const snac::Op& op, cudaStream_t stream) {
   {
     InUse use(comm);
     if (!use) return group_failed(check_comm("ncclGroupEnd", comm));  // destroyed by another thread meanwhile
-    batch_for(comm, stream).ops.push_back(std::move(op));
+    // Outside any group a call on a blocking communicator that Purlin serves alone runs here and
+    // now, as flush() would run its group of one.
+    if (tls_group.depth == 0 && comm->blocking && !comm->fallback)
+      return settle(comm, comm->impl->execute({&op, 1}, {}, stream));
+    batch_for(comm, stream).ops.push_back(op);
   }
   return tls_group.depth == 0 ? flush() : ncclSuccess;
 }
@@ -264,6 +269,8 @@ ncclResult_t enqueue_p2p(ncclComm* comm, const snac::PeerOp& p, cudaStream_t str
   {
     InUse use(comm);
     if (!use) return group_failed(check_comm("ncclGroupEnd", comm));
+    if (tls_group.depth == 0 && comm->blocking && !comm->fallback)
+      return settle(comm, comm->impl->execute({}, {&p, 1}, stream));
     batch_for(comm, stream).p2p.push_back(p);
   }
   return tls_group.depth == 0 ? flush() : ncclSuccess;

@@ -36,8 +36,9 @@ bool created_at_group_end(const ncclComm* comm);
 // as their state. Returns `r`.
 ncclResult_t group_failed(ncclResult_t r);
 
-// Queue a collective or a Send/Recv on `comm` (runs now when no group is open).
-ncclResult_t enqueue(ncclComm* comm, snac::Op op, cudaStream_t stream);
+// Queue a collective or a Send/Recv on `comm` (runs now when no group is open: on a blocking
+// communicator served by Purlin alone, straight to the datapath, with no copy of `op`).
+ncclResult_t enqueue(ncclComm* comm, const snac::Op& op, cudaStream_t stream);
 ncclResult_t enqueue_p2p(ncclComm* comm, const snac::PeerOp& p, cudaStream_t stream);
 
 }  // namespace purlin::shim

@@ -123,6 +123,7 @@ void derive(const Regime& r, int wanted, Policy* p) {
     log::warn("PURLIN_ZERO_STAGING_CTAS={} would not fit {} ranks' kernels on the GPU at once; using {}",
               c.zero_staging_ctas, sharing, p->zero_staging_ctas);
   if (r.nranks < 2) p->zero_staging_min_bytes = 0;
+  p->zero_staging_eager = p->zero_staging_min_bytes && !c.zero_staging_eager_disabled;
   p->exchange_poll_ns = c.exchange_poll_ns >= 0 ? static_cast<unsigned>(c.exchange_poll_ns) : 0;
   // A box holds one channel's slice of the largest message, as LL packets (16 bytes per 8).
   const std::uint64_t boxes =

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <atomic>
 #include <memory>
@@ -244,6 +245,8 @@ class SmExecutor final : public Executor {
   Status execute(const Op& op, void* stream_ptr) override {
     PURLIN_TRY(refusal());
     auto stream = static_cast<cudaStream_t>(stream_ptr);
+    // A call the exchange ran before, with the same arguments and buffers: straight to its launch.
+    if (const ExchangeMemo* m = recall(op)) return run_exchange(op.kind, m->x, m->threads, stream);
     bool zero_staged = false;
     PURLIN_TRY(zero_staging(op, stream, &zero_staged));
     if (zero_staged) return Status::ok;
@@ -251,14 +254,8 @@ class SmExecutor final : public Executor {
     ExchangeArgs x;
     int threads = 0;
     if (exchange_plan(op, &x, &threads)) {
-      last_stream_used_ = true;
-      last_local_.store(false, std::memory_order_relaxed);
-      last_exchange_.store(true, std::memory_order_relaxed);
-      last_kind_.store(op.kind, std::memory_order_relaxed);
-      last_channels_.store(x.channels, std::memory_order_relaxed);
-      last_slots_.store(x.slots, std::memory_order_relaxed);
-      last_word_.store(x.word, std::memory_order_relaxed);
-      return cuda::check(launch_exchange(op.kind, x, threads, stream), "launching the exchange kernel");
+      remember(op, x, threads);
+      return run_exchange(op.kind, x, threads, stream);
     }
     Op rest;
     const Op* generic = &op;
@@ -274,6 +271,66 @@ class SmExecutor final : public Executor {
       }
     }
     return execute_generic(*generic, stream);
+  }
+
+  Status run_exchange(CollKind kind, const ExchangeArgs& x, int threads, cudaStream_t stream) {
+    last_stream_used_ = true;
+    last_local_.store(false, std::memory_order_relaxed);
+    last_zero_staging_.store(false, std::memory_order_relaxed);
+    last_exchange_.store(true, std::memory_order_relaxed);
+    last_kind_.store(kind, std::memory_order_relaxed);
+    last_channels_.store(x.channels, std::memory_order_relaxed);
+    last_slots_.store(x.slots, std::memory_order_relaxed);
+    last_word_.store(x.word, std::memory_order_relaxed);
+    return cuda::check(launch_exchange(kind, x, threads, stream), "launching the exchange kernel");
+  }
+
+  // The exchange's plans of the last kExchangeMemos distinct calls, by everything that decides them:
+  // collective, type, reduction, root and every part of both sides. Only calls too small for
+  // zero-staging are kept, so a call found here takes the exchange whether captured or not.
+  struct ExchangeMemo {
+    CollKind kind = CollKind::all_reduce;
+    DataType type = DataType::uint8;
+    ReduceOp op{};
+    int root = -1;
+    std::vector<Part> in, out;
+    ExchangeArgs x{};
+    int threads = 0;
+  };
+  static constexpr std::size_t kExchangeMemos = 4;
+  static bool same_parts(const std::vector<Part>& a, const std::vector<Part>& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (a[i].ptr != b[i].ptr || a[i].bytes != b[i].bytes) return false;
+    return true;
+  }
+  const ExchangeMemo* recall(const Op& op) const {
+    for (std::size_t i = 0; i < memos_used_; ++i) {
+      const ExchangeMemo& m = memos_[i];
+      if (m.kind == op.kind && m.type == op.type && m.op.kind == op.op.kind && m.op.scalar_bits == op.op.scalar_bits &&
+          m.op.scalar_ptr == op.op.scalar_ptr && m.op.nranks == op.op.nranks && m.root == op.root &&
+          !op.copy_input && same_parts(m.in, op.in) && same_parts(m.out, op.out))
+        return &m;
+    }
+    return nullptr;
+  }
+  void remember(const Op& op, const ExchangeArgs& x, int threads) {
+    std::uint64_t in_total = 0, out_total = 0;
+    for (const Part& p : op.in) in_total += p.bytes;
+    for (const Part& p : op.out) out_total += p.bytes;
+    if (op.copy_input || (policy_.zero_staging_min_bytes && std::max(in_total, out_total) >= policy_.zero_staging_min_bytes))
+      return;
+    ExchangeMemo& m = memos_[memos_next_];
+    memos_next_ = (memos_next_ + 1) % kExchangeMemos;
+    memos_used_ = std::min(memos_used_ + 1, kExchangeMemos);
+    m.kind = op.kind;
+    m.type = op.type;
+    m.op = op.op;
+    m.root = op.root;
+    m.in.assign(op.in.begin(), op.in.end());
+    m.out.assign(op.out.begin(), op.out.end());
+    m.x = x;
+    m.threads = threads;
   }
 
   // The generic kernels (sm_kernel.cu): every collective, any size.
@@ -363,10 +420,11 @@ class SmExecutor final : public Executor {
     return Status::ok;
   }
 
-  // Runs `op` in place (snac/protocol/zero_staging.h) when it is captured into a graph, within the
-  // policy's bounds, and every rank's buffers can be mapped here (*ran then says so). Every rank
-  // computes the same answer: the checks before PeerBuffers::share use only what all ranks' calls
-  // share (collective, sizes, policy), and share decides on what every rank offered.
+  // Runs `op` in place (snac/protocol/zero_staging.h) when it is within the policy's bounds and
+  // every rank's buffers can be mapped here (*ran then says so): captured into a graph, or outside
+  // one where the policy allows (zero_staging_eager). Every rank computes the same answer: the
+  // checks before PeerBuffers::share and share_eager use only what all ranks' calls share
+  // (collective, sizes, capture, policy), and those decide on what every rank offered.
   Status zero_staging(const Op& op, cudaStream_t stream, bool* ran) {
     *ran = false;
     if (!policy_.zero_staging_min_bytes || op.in.empty() || op.out.empty()) return Status::ok;
@@ -414,7 +472,8 @@ class SmExecutor final : public Executor {
       cudaGetLastError();
       return Status::ok;
     }
-    if (capture != cudaStreamCaptureStatusActive) return Status::ok;
+    const bool captured = capture == cudaStreamCaptureStatusActive;
+    if (!captured && (capture != cudaStreamCaptureStatusNone || !policy_.zero_staging_eager)) return Status::ok;
 
     ZeroStagingArgs a;
     a.kind = kind;
@@ -443,7 +502,8 @@ class SmExecutor final : public Executor {
     mine.out_bytes = out_total;
     mine.overlap_ok = kind != ZeroStagingKind::all_to_all;
     bool go = false;
-    PURLIN_TRY(peers_->share(mine, graph, &go, a.in, a.out));
+    if (captured) PURLIN_TRY(peers_->share(mine, graph, &go, a.in, a.out));
+    else PURLIN_TRY(peers_->share_eager(mine, &go, a.in, a.out));
     if (!go) return Status::ok;
     last_stream_used_ = true;
     last_local_.store(false, std::memory_order_relaxed);
@@ -452,7 +512,8 @@ class SmExecutor final : public Executor {
     last_kind_.store(op.kind, std::memory_order_relaxed);
     last_channels_.store(a.ctas, std::memory_order_relaxed);
     *ran = true;
-    return cuda::check(launch_zero_staging(a, stream), "launching the zero-staging kernel");
+    PURLIN_TRY(cuda::check(launch_zero_staging(a, stream), "launching the zero-staging kernel"));
+    return captured ? Status::ok : peers_->launched(stream);
   }
 
   // Whether a Send/Recv message of `bytes` takes the pair exchange: every slice fits a box. Both ends
@@ -692,6 +753,8 @@ class SmExecutor final : public Executor {
   std::uint64_t* pair_sent_ = nullptr;
   std::uint64_t* pair_taken_ = nullptr;
   ExchangeArgs xargs_{};
+  std::array<ExchangeMemo, kExchangeMemos> memos_{};
+  std::size_t memos_used_ = 0, memos_next_ = 0;
   std::atomic<bool> last_exchange_{false};
   std::atomic<bool> last_zero_staging_{false};
   std::unique_ptr<PeerBuffers> peers_;

@@ -23,14 +23,6 @@ struct Side {
   cuda::IpcHandle ipc{};     // kind ipc
 };
 
-struct Offer {
-  std::int32_t pid = 0;
-  std::int32_t ok = 0;
-  std::uint64_t key = 0;
-  Side side[2];
-  FdAddress mailbox{};
-};
-
 Status describe(const void* ptr, std::uint64_t bytes, Side* s) {
   cuda::BufferShare b;
   PURLIN_TRY(cuda::describe_buffer(ptr, bytes, &b));
@@ -61,8 +53,53 @@ class RelaxedCapture {
 
 }  // namespace
 
+struct PeerBuffers::Offer {
+  std::int32_t pid = 0;
+  std::int32_t ok = 0;
+  std::uint64_t key = 0;
+  Side side[2];
+  FdAddress mailbox{};
+};
+
+struct PeerBuffers::Fence {
+  cudaEvent_t event = nullptr;
+  ~Fence() {
+    if (event) cudaEventDestroy(event);
+  }
+  // A failed query (a sticky error of the context) counts as done: nothing runs any more.
+  bool done() const { return cudaEventQuery(event) != cudaErrorNotReady; }
+};
+
 PeerBuffers::~PeerBuffers() {
+  // The executor synchronised its device before: every call that used these is complete.
   for (auto& [key, m] : mapped_) unmap(m);
+  for (auto& [m, fence] : retiring_) unmap(m);
+}
+
+std::size_t PeerBuffers::held_eager() const {
+  std::size_t k = 0;
+  for (const auto& [key, m] : mapped_) k += m.eager ? 1 : 0;
+  return k;
+}
+
+void PeerBuffers::release(std::map<Key, Mapping>::iterator it) {
+  Mapping& m = it->second;
+  std::shared_ptr<Fence> fence = m.fence;
+  if (fence && !fence->done()) retiring_.emplace_back(std::move(m), std::move(fence));
+  else unmap(m);
+  mapped_.erase(it);
+}
+
+void PeerBuffers::reap() {
+  for (std::size_t i = 0; i < retiring_.size();) {
+    if (retiring_[i].second->done()) {
+      unmap(retiring_[i].first);
+      retiring_[i] = std::move(retiring_.back());
+      retiring_.pop_back();
+    } else {
+      ++i;
+    }
+  }
 }
 
 void PeerBuffers::unmap(Mapping& m) {
@@ -79,45 +116,38 @@ void PeerBuffers::take_returns() {
   }
   for (const Key& k : keys) {
     auto it = mapped_.find(k);
-    if (it == mapped_.end() || --it->second.graphs > 0) continue;
-    unmap(it->second);
-    mapped_.erase(it);
+    if (it == mapped_.end() || --it->second.graphs > 0 || it->second.eager) continue;
+    release(it);
   }
 }
 
-Status PeerBuffers::share(const Mine& mine, cudaGraph_t graph, bool* go, const char** in, char** out) {
-  *go = false;
-  const int n = boot_->nranks(), me = boot_->rank();
-  RelaxedCapture relaxed;
-  take_returns();
-  if (!mailbox_) PURLIN_TRY(FdMailbox::open(&mailbox_));
-
-  Offer my;
-  my.pid = getpid();
-  my.key = mine.key;
-  my.mailbox = mailbox_->address();
-  PURLIN_TRY(describe(mine.in, mine.in_bytes, &my.side[0]));
-  PURLIN_TRY(describe(mine.out, mine.out_bytes, &my.side[1]));
-  const std::uint64_t in0 = my.side[0].ptr, out0 = my.side[1].ptr;
+Status PeerBuffers::describe_call(const Mine& mine, Offer* my) {
+  *my = Offer{};
+  my->pid = getpid();
+  my->key = mine.key;
+  my->mailbox = mailbox_->address();
+  PURLIN_TRY(describe(mine.in, mine.in_bytes, &my->side[0]));
+  PURLIN_TRY(describe(mine.out, mine.out_bytes, &my->side[1]));
+  const std::uint64_t in0 = my->side[0].ptr, out0 = my->side[1].ptr;
   const bool overlap = in0 < out0 + mine.out_bytes && out0 < in0 + mine.in_bytes;
-  my.ok = my.side[0].id && my.side[1].id && (mine.overlap_ok || !overlap);
-  std::vector<Offer> all(static_cast<std::size_t>(n));
-  PURLIN_TRY(boot_->all_gather(&my, sizeof(Offer), all.data()));
-  for (const Offer& o : all)
-    if (!o.ok || o.key != my.key) return Status::ok;  // every rank sees the same offers
+  my->ok = my->side[0].id && my->side[1].id && (mine.overlap_ok || !overlap);
+  return Status::ok;
+}
 
+Status PeerBuffers::map_peers(const std::vector<Offer>& all, const Offer& my, bool* all_ok, std::vector<Key>* used) {
+  *all_ok = false;
+  const int n = boot_->nranks(), me = boot_->rank();
   // Map what is new: CUDA IPC at once, cuMem through descriptors the owners send on request.
   bool ok = true;
   std::size_t fresh = 0;
   std::uint64_t need[2] = {0, 0};  // bit p: peer p's descriptor for side s
-  std::vector<Key> used;
   for (int p = 0; p < n; ++p) {
     if (p == me || all[p].pid == my.pid) continue;
     for (int s = 0; s < 2; ++s) {
       const Side& side = all[p].side[s];
       const Key key{p, side.id};
       if (s == 1 && side.id == all[p].side[0].id) continue;  // one allocation for both
-      used.push_back(key);
+      used->push_back(key);
       if (mapped_.count(key)) continue;
       if (side.kind == static_cast<std::uint8_t>(cuda::ShareKind::ipc)) {
         Mapping m;
@@ -177,9 +207,15 @@ Status PeerBuffers::share(const Mine& mine, cudaGraph_t graph, bool* go, const c
   const std::int32_t mapped_ok = ok ? 1 : 0;
   std::vector<std::int32_t> oks(static_cast<std::size_t>(n));
   PURLIN_TRY(boot_->all_gather(&mapped_ok, sizeof(mapped_ok), oks.data()));
+  if (fresh) log::info(log::kColl, "zero-staging: rank {} mapped {} more peer allocations ({} held)", me, fresh, mapped_.size());
   for (std::int32_t o : oks)
     if (!o) return Status::ok;
+  *all_ok = true;
+  return Status::ok;
+}
 
+void PeerBuffers::point(const std::vector<Offer>& all, const Offer& my, const char** in, char** out) const {
+  const int n = boot_->nranks(), me = boot_->rank();
   for (int p = 0; p < n; ++p) {
     for (int s = 0; s < 2; ++s) {
       const Side& side = all[p].side[s];
@@ -192,6 +228,27 @@ Status PeerBuffers::share(const Mine& mine, cudaGraph_t graph, bool* go, const c
       else out[p] = at;
     }
   }
+}
+
+Status PeerBuffers::share(const Mine& mine, cudaGraph_t graph, bool* go, const char** in, char** out) {
+  *go = false;
+  const int n = boot_->nranks();
+  RelaxedCapture relaxed;
+  take_returns();
+  reap();
+  if (!mailbox_) PURLIN_TRY(FdMailbox::open(&mailbox_));
+
+  Offer my;
+  PURLIN_TRY(describe_call(mine, &my));
+  std::vector<Offer> all(static_cast<std::size_t>(n));
+  PURLIN_TRY(boot_->all_gather(&my, sizeof(Offer), all.data()));
+  for (const Offer& o : all)
+    if (!o.ok || o.key != my.key) return Status::ok;  // every rank sees the same offers
+  bool ok = false;
+  std::vector<Key> used;
+  PURLIN_TRY(map_peers(all, my, &ok, &used));
+  if (!ok) return Status::ok;
+  point(all, my, in, out);
   // The graph holds what it uses until it is destroyed.
   if (!used.empty()) {
     struct Hold {
@@ -219,8 +276,87 @@ Status PeerBuffers::share(const Mine& mine, cudaGraph_t graph, bool* go, const c
     for (const Key& k : used) ++mapped_.at(k).graphs;
     PURLIN_TRY(cuda::check(cudaGraphRetainUserObject(graph, obj, 1, cudaGraphUserObjectMove), "cudaGraphRetainUserObject"));
   }
-  if (fresh) log::info(log::kColl, "zero-staging: rank {} mapped {} more peer allocations ({} held)", me, fresh, mapped_.size());
   *go = true;
+  return Status::ok;
+}
+
+Status PeerBuffers::share_eager(const Mine& mine, bool* go, const char** in, char** out) {
+  *go = false;
+  last_used_.clear();
+  const int n = boot_->nranks();
+  take_returns();
+  reap();
+  if (!mailbox_) PURLIN_TRY(FdMailbox::open(&mailbox_));
+  if (!gather_) PURLIN_TRY(ShmGather::create(*boot_, sizeof(Offer), timeout_s_, &gather_));
+
+  Offer my;
+  PURLIN_TRY(describe_call(mine, &my));
+  std::vector<Offer> all(static_cast<std::size_t>(n));
+  PURLIN_TRY(gather_->all_gather(&my, all.data(), [this] { return boot_->stopped(); }));
+  for (const Offer& o : all)
+    if (!o.ok || o.key != my.key) return Status::ok;  // every rank sees the same offers
+
+  // Every rank's allocations of this call, as every rank names them.
+  ++eager_calls_;
+  std::vector<Key> keys;
+  for (int p = 0; p < n; ++p)
+    for (int s = 0; s < 2; ++s)
+      if (s == 0 || all[p].side[1].id != all[p].side[0].id) keys.push_back(Key{p, all[p].side[s].id});
+  bool fresh = false;
+  for (const Key& k : keys) {
+    if (refused_.count(k)) return Status::ok;
+    fresh = fresh || !agreed_.count(k);
+  }
+  std::vector<Key> used;
+  if (fresh) {
+    bool ok = false;
+    PURLIN_TRY(map_peers(all, my, &ok, &used));
+    if (!ok) {
+      for (const Key& k : keys)
+        if (!agreed_.count(k)) refused_.insert(k);
+      return Status::ok;
+    }
+  } else {
+    const int me = boot_->rank();
+    for (int p = 0; p < n; ++p)
+      if (p != me && all[p].pid != my.pid)
+        for (int s = 0; s < 2; ++s)
+          if (s == 0 || all[p].side[1].id != all[p].side[0].id) used.push_back(Key{p, all[p].side[s].id});
+  }
+  for (const Key& k : keys) agreed_[k] = eager_calls_;
+  for (const Key& k : used) mapped_.at(k).eager = true;
+  // Each rank's allocations beyond the last kEagerPerOwner it used drop out, alike everywhere; this
+  // call's are the newest, and a call uses at most two of a rank's.
+  for (int p = 0; p < n; ++p) {
+    for (;;) {
+      std::size_t count = 0;
+      auto oldest = agreed_.end();
+      for (auto it = agreed_.lower_bound(Key{p, 0}); it != agreed_.end() && it->first.first == p; ++it) {
+        ++count;
+        if (oldest == agreed_.end() || it->second < oldest->second) oldest = it;
+      }
+      if (count <= kEagerPerOwner) break;
+      if (auto m = mapped_.find(oldest->first); m != mapped_.end()) {
+        m->second.eager = false;
+        if (m->second.graphs == 0) release(m);
+      }
+      agreed_.erase(oldest);
+    }
+  }
+  point(all, my, in, out);
+  last_used_ = std::move(used);
+  *go = true;
+  return Status::ok;
+}
+
+Status PeerBuffers::launched(cudaStream_t stream) {
+  if (last_used_.empty()) return Status::ok;
+  auto fence = std::make_shared<Fence>();
+  PURLIN_TRY(cuda::check(cudaEventCreateWithFlags(&fence->event, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
+  PURLIN_TRY(cuda::check(cudaEventRecord(fence->event, stream), "cudaEventRecord"));
+  for (const Key& k : last_used_)
+    if (auto it = mapped_.find(k); it != mapped_.end()) it->second.fence = fence;
+  last_used_.clear();
   return Status::ok;
 }
 

@@ -1,15 +1,22 @@
 // The peers' user buffers as mapped in this process, for zero-staging (snac/protocol/zero_staging.h).
 //
-// When a call is captured into a CUDA graph, every rank describes its input and output (the
-// allocation each lies in, cudaMalloc or cuMem, and the offset there) over the bootstrap; if every
-// rank's can be shared and the calls agree, each rank maps the peers' allocations it has not mapped
-// yet (legacy CUDA IPC, or cuMem descriptors passed between the processes) and the call runs in
-// place from then on, at every replay. A mapping is kept while some graph that uses it lives (a
-// CUDA user object of the graph gives it back) and at most until the communicator goes; allocations
-// are told apart by their driver buffer ids, which are never reused, so memory freed and allocated
-// again at the same address is mapped afresh. cuMem memory stays valid for its importers after the
-// owner frees it, so a replay after the owner freed its buffer writes into memory no one else
-// holds rather than into another allocation.
+// Every rank describes its input and output (the allocation each lies in, cudaMalloc or cuMem, and
+// the offset there); if every rank's can be shared and the calls agree, each rank maps the peers'
+// allocations it has not mapped yet (legacy CUDA IPC, or cuMem descriptors passed between the
+// processes) and the call runs in place. Allocations are told apart by their driver buffer ids,
+// which are never reused, so memory freed and allocated again at the same address is mapped afresh.
+// cuMem memory stays valid for its importers after the owner frees it, so a call after the owner
+// freed its buffer writes into memory no one else holds rather than into another allocation.
+//
+// A call captured into a CUDA graph agrees over the bootstrap, and its mappings are kept while some
+// graph that uses them lives (a CUDA user object of the graph gives them back) and at most until the
+// communicator goes.
+//
+// A call outside any graph agrees through shared memory (core/shm_gather.h): the ranks' host threads
+// meet at every such call, and only the first call on an allocation goes over the bootstrap to map
+// it. Which allocations the ranks hold for such calls is the same on every rank, derived from the
+// calls alone: the kEagerPerOwner allocations of each rank used last. One that drops out is given
+// back once the calls that used it have completed on the GPU.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -18,12 +25,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <utility>
 #include <vector>
 
 #include "core/bootstrap.h"
 #include "core/cuda_memory.h"
 #include "core/fd_passing.h"
+#include "core/shm_gather.h"
 #include "core/status.h"
 #include "snac/window.h"
 
@@ -50,13 +59,31 @@ class PeerBuffers {
   // rank's buffers are mapped here (into in[] and out[], by rank), false when some rank's cannot
   // be shared or the calls differ (every rank then comes to the same answer and stages the call).
   Status share(const Mine& mine, cudaGraph_t graph, bool* go, const char** in, char** out);
+  // The same for a call outside any graph (collective over the communicator, every rank at the
+  // same call). After a call it let run (*go), launched() must follow.
+  Status share_eager(const Mine& mine, bool* go, const char** in, char** out);
+  // The call share_eager let run was launched on `stream`: its mappings are kept until it completes.
+  Status launched(cudaStream_t stream);
+
+  // Allocations of each rank kept mapped for calls outside graphs.
+  static constexpr std::size_t kEagerPerOwner = 8;
+  // How many peer allocations this rank holds mapped, and how many of them for calls outside graphs
+  // (for tests and logs).
+  std::size_t held() const { return mapped_.size(); }
+  std::size_t held_eager() const;
+
+  struct Offer;  // one rank's description of its call (sm_peer_buffers.cc)
 
  private:
+  // An event recorded after the last call that used a mapping.
+  struct Fence;
   struct Mapping {
     char* base = nullptr;
     cuda::VmmMapping vmm;
     void* ipc = nullptr;
-    int graphs = 0;  // graphs still holding it
+    int graphs = 0;       // graphs still holding it
+    bool eager = false;   // held for calls outside graphs
+    std::shared_ptr<Fence> fence;  // after the last such call that used it
   };
   using Key = std::pair<int, std::uint64_t>;  // (rank, buffer id)
   // Graphs that were destroyed give back their mappings here (from a CUDA thread).
@@ -67,6 +94,15 @@ class PeerBuffers {
 
   void take_returns();
   void unmap(Mapping& m);
+  // Gives a mapping that nothing holds any more back: now, or once its last call completed.
+  void release(std::map<Key, Mapping>::iterator it);
+  void reap();
+  Status describe_call(const Mine& mine, Offer* my);
+  // Collective over the bootstrap: maps every peer allocation of `all` not mapped here yet; *ok
+  // (alike on every rank) when every rank mapped all of them. `used` gets the keys of the mapped
+  // allocations the call uses.
+  Status map_peers(const std::vector<Offer>& all, const Offer& my, bool* ok, std::vector<Key>* used);
+  void point(const std::vector<Offer>& all, const Offer& my, const char** in, char** out) const;
 
   Bootstrap* boot_;
   int device_;
@@ -74,6 +110,14 @@ class PeerBuffers {
   std::unique_ptr<FdMailbox> mailbox_;
   std::map<Key, Mapping> mapped_;
   std::shared_ptr<Returns> returns_ = std::make_shared<Returns>();
+  // Calls outside graphs. Alike on every rank: every rank's allocations that calls used, with the
+  // number of the call that used each last, and those that some rank could not map (staged).
+  std::unique_ptr<ShmGather> gather_;
+  std::uint64_t eager_calls_ = 0;
+  std::map<Key, std::uint64_t> agreed_;
+  std::set<Key> refused_;
+  std::vector<Key> last_used_;  // this rank's mappings of the last call that ran
+  std::vector<std::pair<Mapping, std::shared_ptr<Fence>>> retiring_;
 };
 
 }  // namespace purlin::snac

@@ -67,12 +67,16 @@ Status agree_on_policy(Bootstrap& boot, const Policy& p) {
                                            "channels (PURLIN_CHANNELS, or GPUs of different sizes)",
                                            "latency exchange bound (PURLIN_EXCHANGE_MAX_BYTES)",
                                            "exchange channel bytes (PURLIN_EXCHANGE_CHANNEL_BYTES)",
-                                           "exchange channels (PURLIN_EXCHANGE_CHANNELS)"};
+                                           "exchange channels (PURLIN_EXCHANGE_CHANNELS)",
+                                           "zero-staging bound (PURLIN_ZERO_STAGING_MIN_BYTES)",
+                                           "zero-staging CTAs (PURLIN_ZERO_STAGING_CTAS)",
+                                           "zero-staging outside graphs (PURLIN_ZERO_STAGING_EAGER)"};
   using Terms = std::array<std::uint64_t, std::size(kNames)>;
   const Terms mine{p.staging_half,     p.chunk_bytes,   static_cast<std::uint64_t>(p.slots), p.latency_max_bytes,
                    p.packets_per_pair, p.channel_bytes, p.direct_max_bytes,                   p.broadcast_direct_max_bytes,
                    static_cast<std::uint64_t>(p.workers), p.exchange_max_bytes, p.exchange_channel_bytes,
-                   static_cast<std::uint64_t>(p.exchange_channels)};
+                   static_cast<std::uint64_t>(p.exchange_channels), p.zero_staging_min_bytes,
+                   static_cast<std::uint64_t>(p.zero_staging_ctas), p.zero_staging_eager ? 1u : 0u};
   std::vector<Terms> all(static_cast<std::size_t>(boot.nranks()));
   PURLIN_TRY(boot.all_gather(mine.data(), sizeof(Terms), all.data()));
   for (int r = 1; r < boot.nranks(); ++r)
@@ -313,7 +317,7 @@ bool one_rank_copy(const Op& op) {
 
 }  // namespace
 
-Status Communicator::execute(const std::vector<Op>& ops, const std::vector<PeerOp>& p2p, void* stream) {
+Status Communicator::execute(std::span<const Op> ops, std::span<const PeerOp> p2p, void* stream) {
   PURLIN_TRY(refusal());
   if (!executor_) return fail(Status::invalid_usage, fmt::format("no Purlin datapath serves this communicator: {}", declined_));
   // A failed call leaves the protocol state inconsistent across ranks: the communicator is broken.
@@ -333,24 +337,29 @@ Status Communicator::execute(const std::vector<Op>& ops, const std::vector<PeerO
     if (s != Status::ok) return failed_with(s);
   }
   if (p2p.empty()) return Status::ok;
-  // Round k holds the k-th send and the k-th receive of every peer.
-  std::vector<int> sends(nranks_, 0), recvs(nranks_, 0);
-  std::vector<Op> rounds;
+  // Round k holds the k-th send and the k-th receive of every peer. The rounds' storage is the
+  // thread's, kept from call to call.
+  thread_local std::vector<int> sends, recvs;
+  thread_local std::vector<Op> rounds;
+  sends.assign(static_cast<std::size_t>(nranks_), 0);
+  recvs.assign(static_cast<std::size_t>(nranks_), 0);
+  std::size_t used = 0;
   auto round = [&](int k) -> Op& {
-    while (static_cast<int>(rounds.size()) <= k) {
-      Op op;
+    for (; used <= static_cast<std::size_t>(k); ++used) {
+      if (rounds.size() == used) rounds.emplace_back();
+      Op& op = rounds[used];
       op.kind = CollKind::send_recv;
-      op.in.assign(nranks_, Part{nullptr, 0});
-      op.out.assign(nranks_, Part{nullptr, 0});
-      rounds.push_back(std::move(op));
+      op.in.assign(static_cast<std::size_t>(nranks_), Part{nullptr, 0});
+      op.out.assign(static_cast<std::size_t>(nranks_), Part{nullptr, 0});
     }
-    return rounds[k];
+    return rounds[static_cast<std::size_t>(k)];
   };
   for (const PeerOp& p : p2p) {
     if (p.send) round(sends[p.peer]++).in[p.peer] = Part{p.buf, p.bytes};
     else round(recvs[p.peer]++).out[p.peer] = Part{p.buf, p.bytes};
   }
-  for (const Op& op : rounds) {
+  for (std::size_t k = 0; k < used; ++k) {
+    const Op& op = rounds[k];
     Status s = alone && one_rank_copy(op) ? copy(op) : executor_->execute(op, stream);
     if (s != Status::ok) return failed_with(s);
   }

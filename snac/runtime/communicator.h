@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,8 +62,9 @@ class Communicator {
   std::string supports(const Op& op) const;
 
   // Runs the collectives of a group in order, then its sends and receives fused into rounds (the
-  // k-th send to a peer meets that peer's k-th receive from us).
-  Status execute(const std::vector<Op>& ops, const std::vector<PeerOp>& p2p, void* stream);
+  // k-th send to a peer meets that peer's k-th receive from us). Allocates nothing once the calling
+  // thread has run calls as large before.
+  Status execute(std::span<const Op> ops, std::span<const PeerOp> p2p, void* stream);
 
   // A coarse cost model of execute(), in microseconds: a fixed cost per message plus bytes over the
   // datapath's copy bandwidth, both from the policy table (rough figures, not measured per machine).

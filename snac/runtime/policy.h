@@ -47,9 +47,11 @@ struct Policy {
   unsigned exchange_poll_ns = 0;       // a packet wait's sleep after a look that found nothing (0: none)
   // Zero-staging (snac/protocol/zero_staging.h), SM datapath: a call captured in a CUDA graph whose
   // buffers every rank can share, and whose larger side is at least zero_staging_min_bytes, reads and
-  // writes the peers' buffers in place with zero_staging_ctas CTAs (0: never).
+  // writes the peers' buffers in place with zero_staging_ctas CTAs (0: never); so does such a call
+  // outside a graph with zero_staging_eager.
   std::uint64_t zero_staging_min_bytes = 0;
   int zero_staging_ctas = 0;
+  bool zero_staging_eager = false;
   double sim_us_per_op = 0;            // ncclGroupSimulateEnd's cost model: fixed cost per op
   double sim_gbps = 0;                 // and bytes (read + written) per second
 };

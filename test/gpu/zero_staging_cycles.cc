@@ -3,12 +3,14 @@
 // Every cycle each rank allocates fresh buffers (cudaMalloc and ncclMemAlloc in turn, at an odd
 // offset into the allocation), captures an AllReduce of int32 sums into a graph, replays it twice
 // with new inputs, checks every element, then destroys the graph and frees the buffers, so the next
-// cycle's buffers often lie at the same addresses in new allocations. What must hold: every
-// replay's result is exact (a stale mapping of a freed allocation would read old data or none), and
-// the device's free memory after the last cycle is within a margin of what it was after the first
-// few (the peers' mappings of every freed buffer were given back, not kept).
+// cycle's buffers often lie at the same addresses in new allocations. With --eager the cycle runs
+// the AllReduce twice outside any graph instead (the mappings of calls outside graphs are held for
+// the last few allocations of each rank and given back as later ones come). What must hold: every
+// result is exact (a stale mapping of a freed allocation would read old data or none), and the
+// device's free memory after the last cycle is within a margin of what it was after the first few
+// (the peers' mappings of every freed buffer were given back, not kept).
 //
-// Usage: test_zero_staging_cycles [--ranks N] [--cycles C] [--count ELEMS]
+// Usage: test_zero_staging_cycles [--ranks N] [--cycles C] [--count ELEMS] [--eager]
 // Prints "N passed, N failed" (or a skip line without a GPU); exits non-zero on failure.
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -30,6 +32,7 @@ struct Options {
   int ranks = 2;
   int cycles = 1000;
   std::size_t count = (1u << 20) / 4 + 3;  // just over 1 MiB of int32: the zero-staging bound
+  bool eager = false;
 };
 
 // Element i of rank r's input in replay `rep` of cycle `cycle`.
@@ -62,19 +65,29 @@ int run_rank(int me, const Options& o, ncclComm_t comm, cudaStream_t stream, int
     auto* recv = reinterpret_cast<std::int32_t*>(static_cast<char*>(recv_alloc) + offset);
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
-    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    const ncclResult_t e = ncclAllReduce(send, recv, o.count, ncclInt32, ncclSum, comm, stream);
-    CUDA_OK(cudaStreamEndCapture(stream, &graph));
-    if (e != ncclSuccess) {
-      std::printf("FAIL rank %d cycle %d: capture: %s\n", me, cycle, ncclGetErrorString(e));
-      return 1;
+    if (!o.eager) {
+      CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      const ncclResult_t e = ncclAllReduce(send, recv, o.count, ncclInt32, ncclSum, comm, stream);
+      CUDA_OK(cudaStreamEndCapture(stream, &graph));
+      if (e != ncclSuccess) {
+        std::printf("FAIL rank %d cycle %d: capture: %s\n", me, cycle, ncclGetErrorString(e));
+        return 1;
+      }
+      CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
     }
-    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
     for (int rep = 0; rep < 2 && !failed; ++rep) {
       for (std::size_t i = 0; i < o.count; ++i) in[i] = value(me, cycle, rep, i);
       CUDA_OK(cudaMemsetAsync(recv, 0xA5, bytes, stream));
       CUDA_OK(cudaMemcpyAsync(send, in.data(), bytes, cudaMemcpyHostToDevice, stream));
-      CUDA_OK(cudaGraphLaunch(exec, stream));
+      if (o.eager) {
+        const ncclResult_t e = ncclAllReduce(send, recv, o.count, ncclInt32, ncclSum, comm, stream);
+        if (e != ncclSuccess) {
+          std::printf("FAIL rank %d cycle %d: %s\n", me, cycle, ncclGetErrorString(e));
+          return 1;
+        }
+      } else {
+        CUDA_OK(cudaGraphLaunch(exec, stream));
+      }
       CUDA_OK(cudaMemcpyAsync(got.data(), recv, bytes, cudaMemcpyDeviceToHost, stream));
       CUDA_OK(cudaStreamSynchronize(stream));
       for (std::size_t i = 0; i < o.count; ++i) {
@@ -89,8 +102,8 @@ int run_rank(int me, const Options& o, ncclComm_t comm, cudaStream_t stream, int
       }
       if (!failed) ++*passed;
     }
-    CUDA_OK(cudaGraphExecDestroy(exec));
-    CUDA_OK(cudaGraphDestroy(graph));
+    if (exec) CUDA_OK(cudaGraphExecDestroy(exec));
+    if (graph) CUDA_OK(cudaGraphDestroy(graph));
     // Every rank is done with this cycle's buffers before any frees them (the graph's barriers
     // say as much; the synchronisation above makes it plain).
     if (cumem) {
@@ -127,8 +140,9 @@ int main(int argc, char** argv) {
     if (a == "--ranks" && i + 1 < argc) o.ranks = std::atoi(argv[++i]);
     else if (a == "--cycles" && i + 1 < argc) o.cycles = std::atoi(argv[++i]);
     else if (a == "--count" && i + 1 < argc) o.count = static_cast<std::size_t>(std::atoll(argv[++i]));
+    else if (a == "--eager") o.eager = true;
     else {
-      std::fprintf(stderr, "usage: test_zero_staging_cycles [--ranks N] [--cycles C] [--count ELEMS]\n");
+      std::fprintf(stderr, "usage: test_zero_staging_cycles [--ranks N] [--cycles C] [--count ELEMS] [--eager]\n");
       return 2;
     }
   }

@@ -1,0 +1,176 @@
+// The shared-memory all-gather (core/shm_gather.h): thousands of lockstep rounds whose records
+// differ per rank and round, with ranks that run ahead and fall behind at random, so that a rank
+// writes a slot while a slower peer still reads the other; a rank that stops taking part ends its
+// peers' waits at the timeout, and a stop request ends them at once. Ranks are threads.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/bootstrap.h"
+#include "core/shm_gather.h"
+#include "test/catch.h"
+#include "test/common/loopback.h"
+
+namespace {
+
+using purlin::Bootstrap;
+using purlin::ShmGather;
+using purlin::Status;
+using purlin::UniqueId;
+using Clock = std::chrono::steady_clock;
+
+struct Checker {
+  std::mutex mu;
+  std::string first;
+  void expect(bool ok, const std::string& what) {
+    if (ok) return;
+    std::lock_guard<std::mutex> lock(mu);
+    if (first.empty()) first = what;
+  }
+};
+
+void on_threads(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back(fn, r);
+  for (auto& t : threads) t.join();
+}
+
+// Rank r's record of round k: 40 bytes, none of them zero, different for every (r, k).
+constexpr std::size_t kRecord = 40;
+void record(int r, std::uint64_t k, unsigned char* out) {
+  std::uint64_t x = 0x9e3779b97f4a7c15ull * (k * 1315423911ull + static_cast<std::uint64_t>(r) + 1);
+  for (std::size_t i = 0; i < kRecord; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    out[i] = static_cast<unsigned char>((x >> 56) | 1);
+  }
+}
+
+// Creates the bootstrap and the gather of rank r on `id`; null on failure (recorded in c).
+std::unique_ptr<ShmGather> setup(const UniqueId& id, int r, int n, double timeout_s, Checker& c,
+                                 std::unique_ptr<Bootstrap>* boot) {
+  c.expect(Bootstrap::create(id, r, n, nullptr, boot) == Status::ok, "bootstrap");
+  if (!*boot) return nullptr;
+  std::unique_ptr<ShmGather> g;
+  c.expect(ShmGather::create(**boot, kRecord, timeout_s, &g) == Status::ok, "create");
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("shm_gather: every rank reads every rank's record of every round", "[core][shm_gather]") {
+  loopback::use();
+  for (int n : {1, 2, 5}) {
+    UniqueId id;
+    REQUIRE(purlin::make_unique_id(&id) == Status::ok);
+    Checker c;
+    const std::uint64_t rounds = 3000;
+    on_threads(n, [&](int r) {
+      std::unique_ptr<Bootstrap> boot;
+      std::unique_ptr<ShmGather> g = setup(id, r, n, 30, c, &boot);
+      if (!g) return;
+      std::mt19937 rng(static_cast<unsigned>(r * 7919 + n));
+      std::vector<unsigned char> mine(kRecord), all(kRecord * n), want(kRecord);
+      for (std::uint64_t k = 0; k < rounds; ++k) {
+        // Now and then a rank lingers, so that its peers run ahead into the round's other slot.
+        if (rng() % 97 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
+        record(r, k, mine.data());
+        std::memset(all.data(), 0, all.size());
+        if (g->all_gather(mine.data(), all.data(), {}) != Status::ok) {
+          c.expect(false, "round " + std::to_string(k) + " failed on rank " + std::to_string(r));
+          return;
+        }
+        for (int p = 0; p < n; ++p) {
+          record(p, k, want.data());
+          c.expect(std::memcmp(all.data() + p * kRecord, want.data(), kRecord) == 0,
+                   "rank " + std::to_string(r) + " round " + std::to_string(k) + ": rank " + std::to_string(p) +
+                       "'s record differs");
+        }
+      }
+      c.expect(g->rounds() == rounds, "round count");
+    });
+    INFO("n = " << n << ": " << c.first);
+    CHECK(c.first.empty());
+  }
+}
+
+TEST_CASE("shm_gather: a rank that stops taking part ends its peers' round at the timeout", "[core][shm_gather]") {
+  loopback::use();
+  const int n = 3;
+  UniqueId id;
+  REQUIRE(purlin::make_unique_id(&id) == Status::ok);
+  Checker c;
+  std::vector<double> waited(n, 0);
+  std::vector<Status> second(n, Status::ok);
+  std::atomic<int> left{0};
+  on_threads(n, [&](int r) {
+    std::unique_ptr<Bootstrap> boot;
+    std::unique_ptr<ShmGather> g = setup(id, r, n, 0.5, c, &boot);
+    if (!g) return;
+    std::vector<unsigned char> mine(kRecord), all(kRecord * n);
+    record(r, 0, mine.data());
+    c.expect(g->all_gather(mine.data(), all.data(), {}) == Status::ok, "first round");
+    if (r == n - 1) {
+      // Leaves after one round; the bootstrap stays up until the others are done.
+      left.fetch_add(1);
+      while (left.load() < n) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return;
+    }
+    const Clock::time_point t0 = Clock::now();
+    const Status s = g->all_gather(mine.data(), all.data(), {});
+    waited[r] = std::chrono::duration<double>(Clock::now() - t0).count();
+    c.expect(s == Status::remote_error, "the round without rank 2 answers remote_error");
+    // The ranks no longer count rounds alike: the next round fails at once.
+    const Clock::time_point t1 = Clock::now();
+    second[r] = g->all_gather(mine.data(), all.data(), {});
+    c.expect(std::chrono::duration<double>(Clock::now() - t1).count() < 0.1, "a broken gather fails at once");
+    left.fetch_add(1);
+    while (left.load() < n) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  });
+  INFO(c.first);
+  CHECK(c.first.empty());
+  for (int r = 0; r < n - 1; ++r) {
+    CHECK(waited[r] >= 0.45);
+    CHECK(waited[r] < 5.0);
+    CHECK(second[r] != Status::ok);
+  }
+}
+
+TEST_CASE("shm_gather: a stop request ends a waiting round", "[core][shm_gather]") {
+  loopback::use();
+  const int n = 2;
+  UniqueId id;
+  REQUIRE(purlin::make_unique_id(&id) == Status::ok);
+  Checker c;
+  std::atomic<bool> stop{false};
+  std::atomic<int> done{0};
+  double waited = 0;
+  on_threads(n, [&](int r) {
+    std::unique_ptr<Bootstrap> boot;
+    std::unique_ptr<ShmGather> g = setup(id, r, n, 60, c, &boot);
+    if (!g) return;
+    if (r == 0) {
+      std::vector<unsigned char> mine(kRecord, 1), all(kRecord * n);
+      const Clock::time_point t0 = Clock::now();
+      c.expect(g->all_gather(mine.data(), all.data(), [&] { return stop.load(); }) == Status::remote_error,
+               "a stopped round answers remote_error");
+      waited = std::chrono::duration<double>(Clock::now() - t0).count();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      stop.store(true);
+    }
+    done.fetch_add(1);
+    while (done.load() < n) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  });
+  INFO(c.first);
+  CHECK(c.first.empty());
+  CHECK(waited >= 0.15);
+  CHECK(waited < 5.0);
+}

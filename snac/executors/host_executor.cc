@@ -173,15 +173,20 @@ class HostExecutor final : public Executor {
     if (abort_.load()) return fail(Status::remote_error, "the communicator was aborted");
     if (dst != src) std::memmove(dst, src, bytes);
     std::lock_guard<std::mutex> g(plan_m_);
-    last_plan_ = "OneRank_copy";
+    last_plan_ = PlanName{"OneRank", "copy", false};
     return Status::ok;
   }
 
   void abort() override { abort_.store(true); }
   const char* datapath() const override { return "host"; }
   std::string last_plan() const override {
-    std::lock_guard<std::mutex> g(plan_m_);
-    return last_plan_;
+    PlanName p;
+    {
+      std::lock_guard<std::mutex> g(plan_m_);
+      p = last_plan_;
+    }
+    if (!p.name) return {};
+    return p.twice ? fmt::format("{}_{}_{}", p.name, p.how, p.how) : fmt::format("{}_{}", p.name, p.how);
   }
 
  private:
@@ -207,7 +212,7 @@ class HostExecutor final : public Executor {
       xctx_.epoch = ++exchange_epoch_;
       {
         std::lock_guard<std::mutex> g(plan_m_);
-        last_plan_ = fmt::format("{}_LLxExchange", name);
+        last_plan_ = PlanName{name, "LLxExchange", false};
       }
       const Status s = exchange_call<D>(atom, xctx_, call);
       if (s != Status::ok) {
@@ -270,11 +275,16 @@ class HostExecutor final : public Executor {
     return Status::ok;
   }
 
+  // The last call's plan, named when asked (a call formats nothing): the collective, how its
+  // phases ran, and whether it had two (a composed form).
+  struct PlanName {
+    const char* name = nullptr;
+    const char* how = nullptr;
+    bool twice = false;
+  };
   template <class D>
-  static std::string plan_name(const char* name, bool latency) {
-    const char* how = latency ? "LLxPush" : "StagedxPull";
-    if constexpr (D::composed) return fmt::format("{}_{}_{}", name, how, how);
-    else return fmt::format("{}_{}", name, how);
+  static PlanName plan_name(const char* name, bool latency) {
+    return PlanName{name, latency ? "LLxPush" : "StagedxPull", D::composed};
   }
 
   Policy policy_;
@@ -293,7 +303,7 @@ class HostExecutor final : public Executor {
   std::atomic<bool> abort_{false};
   Worker workers_[2];
   mutable std::mutex plan_m_;
-  std::string last_plan_;
+  PlanName last_plan_;
 };
 
 }  // namespace

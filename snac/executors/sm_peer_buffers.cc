@@ -90,6 +90,35 @@ void PeerBuffers::release(std::map<Key, Mapping>::iterator it) {
   mapped_.erase(it);
 }
 
+void PeerBuffers::drop_eager(const Key& key, bool now) {
+  auto it = mapped_.find(key);
+  if (it == mapped_.end()) return;
+  it->second.eager = false;
+  if (it->second.graphs > 0) return;
+  // The owner freed the allocation after its own part of the last call that used it, and that
+  // call's barriers let no rank finish before every rank is done moving: what is left to wait
+  // for is the tail of this rank's kernel.
+  if (now && it->second.fence) cudaEventSynchronize(it->second.fence->event);
+  release(it);
+}
+
+void PeerBuffers::drop_stale(const std::vector<Offer>& all) {
+  for (int p = 0; p < static_cast<int>(all.size()); ++p) {
+    for (const Side& side : all[p].side) {
+      for (auto it = agreed_.lower_bound(Key{p, 0}); it != agreed_.end() && it->first.first == p;) {
+        const Agreed& a = it->second;
+        const bool overlaps = a.base < side.base + side.bytes && side.base < a.base + a.bytes;
+        if (it->first.second != side.id && overlaps) {
+          drop_eager(it->first, true);
+          it = agreed_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+}
+
 void PeerBuffers::reap() {
   for (std::size_t i = 0; i < retiring_.size();) {
     if (retiring_[i].second->done()) {
@@ -244,6 +273,7 @@ Status PeerBuffers::share(const Mine& mine, cudaGraph_t graph, bool* go, const c
   PURLIN_TRY(boot_->all_gather(&my, sizeof(Offer), all.data()));
   for (const Offer& o : all)
     if (!o.ok || o.key != my.key) return Status::ok;  // every rank sees the same offers
+  drop_stale(all);
   bool ok = false;
   std::vector<Key> used;
   PURLIN_TRY(map_peers(all, my, &ok, &used));
@@ -298,6 +328,7 @@ Status PeerBuffers::share_eager(const Mine& mine, bool* go, const char** in, cha
 
   // Every rank's allocations of this call, as every rank names them.
   ++eager_calls_;
+  drop_stale(all);
   std::vector<Key> keys;
   for (int p = 0; p < n; ++p)
     for (int s = 0; s < 2; ++s)
@@ -314,6 +345,8 @@ Status PeerBuffers::share_eager(const Mine& mine, bool* go, const char** in, cha
     if (!ok) {
       for (const Key& k : keys)
         if (!agreed_.count(k)) refused_.insert(k);
+      log::info(log::kColl, "zero-staging: rank {} of {}: some rank could not map every rank's buffers; calls on "
+                "these allocations are staged", boot_->rank(), n);
       return Status::ok;
     }
   } else {
@@ -323,7 +356,10 @@ Status PeerBuffers::share_eager(const Mine& mine, bool* go, const char** in, cha
         for (int s = 0; s < 2; ++s)
           if (s == 0 || all[p].side[1].id != all[p].side[0].id) used.push_back(Key{p, all[p].side[s].id});
   }
-  for (const Key& k : keys) agreed_[k] = eager_calls_;
+  for (int p = 0; p < n; ++p)
+    for (int s = 0; s < 2; ++s)
+      if (s == 0 || all[p].side[1].id != all[p].side[0].id)
+        agreed_[Key{p, all[p].side[s].id}] = Agreed{eager_calls_, all[p].side[s].base, all[p].side[s].bytes};
   for (const Key& k : used) mapped_.at(k).eager = true;
   // Each rank's allocations beyond the last kEagerPerOwner it used drop out, alike everywhere; this
   // call's are the newest, and a call uses at most two of a rank's.
@@ -333,13 +369,10 @@ Status PeerBuffers::share_eager(const Mine& mine, bool* go, const char** in, cha
       auto oldest = agreed_.end();
       for (auto it = agreed_.lower_bound(Key{p, 0}); it != agreed_.end() && it->first.first == p; ++it) {
         ++count;
-        if (oldest == agreed_.end() || it->second < oldest->second) oldest = it;
+        if (oldest == agreed_.end() || it->second.last < oldest->second.last) oldest = it;
       }
       if (count <= kEagerPerOwner) break;
-      if (auto m = mapped_.find(oldest->first); m != mapped_.end()) {
-        m->second.eager = false;
-        if (m->second.graphs == 0) release(m);
-      }
+      drop_eager(oldest->first, false);
       agreed_.erase(oldest);
     }
   }

@@ -96,6 +96,14 @@ class PeerBuffers {
   void unmap(Mapping& m);
   // Gives a mapping that nothing holds any more back: now, or once its last call completed.
   void release(std::map<Key, Mapping>::iterator it);
+  // Ends calls outside graphs' hold on `key`'s mapping: given back once its last call completed,
+  // or at once (after that call) with `now`.
+  void drop_eager(const Key& key, bool now);
+  // Allocations of calls outside graphs that a rank's buffers of `all` show were freed: those of
+  // the same rank at overlapping addresses (a rank's live allocations never overlap). Dropped at
+  // once, alike on every rank: CUDA IPC refuses to map a new allocation at the place of one whose
+  // mapping is still open.
+  void drop_stale(const std::vector<Offer>& all);
   void reap();
   Status describe_call(const Mine& mine, Offer* my);
   // Collective over the bootstrap: maps every peer allocation of `all` not mapped here yet; *ok
@@ -111,10 +119,15 @@ class PeerBuffers {
   std::map<Key, Mapping> mapped_;
   std::shared_ptr<Returns> returns_ = std::make_shared<Returns>();
   // Calls outside graphs. Alike on every rank: every rank's allocations that calls used, with the
-  // number of the call that used each last, and those that some rank could not map (staged).
+  // number of the call that used each last and where it lies in its owner's address space, and
+  // those that some rank could not map (staged).
+  struct Agreed {
+    std::uint64_t last = 0;
+    std::uint64_t base = 0, bytes = 0;
+  };
   std::unique_ptr<ShmGather> gather_;
   std::uint64_t eager_calls_ = 0;
-  std::map<Key, std::uint64_t> agreed_;
+  std::map<Key, Agreed> agreed_;
   std::set<Key> refused_;
   std::vector<Key> last_used_;  // this rank's mappings of the last call that ran
   std::vector<std::pair<Mapping, std::shared_ptr<Fence>>> retiring_;

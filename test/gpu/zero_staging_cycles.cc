@@ -8,7 +8,10 @@
 // the last few allocations of each rank and given back as later ones come). What must hold: every
 // result is exact (a stale mapping of a freed allocation would read old data or none), and the
 // device's free memory after the last cycle is within a margin of what it was after the first few
-// (the peers' mappings of every freed buffer were given back, not kept).
+// (the peers' mappings of every freed buffer were given back, not kept). With --eager, also that
+// every call ran in place: the ranks log the library's COLL lines to files, where no line may say
+// that a call was staged for want of a mapping (a fresh cudaMalloc allocation where a freed one's
+// mapping is still open is the case CUDA IPC refuses).
 //
 // Usage: test_zero_staging_cycles [--ranks N] [--cycles C] [--count ELEMS] [--eager]
 // Prints "N passed, N failed" (or a skip line without a GPU); exits non-zero on failure.
@@ -19,6 +22,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -146,6 +151,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // Where the ranks' COLL lines go with --eager (one file per process).
+  std::filesystem::path logs;
+  if (o.eager) {
+    logs = std::filesystem::temp_directory_path() / ("purlin-zs-cycles-" + std::to_string(getpid()));
+    std::filesystem::create_directories(logs);
+    setenv("NCCL_DEBUG", "INFO", 1);
+    setenv("NCCL_DEBUG_SUBSYS", "COLL", 1);
+    setenv("NCCL_DEBUG_FILE", (logs / "rank.%p").c_str(), 1);
+  }
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
   int pipes[2];
@@ -194,8 +208,28 @@ int main(int argc, char** argv) {
   for (const ranks::Outcome& out : group.outcomes())
     if (!out.ok()) ++failed;
   if (skipped) {
+    if (o.eager) std::filesystem::remove_all(logs);
     std::printf("SKIPPED: no CUDA device usable on this machine\n0 passed, 0 failed, 1 skipped\n");
     return 77;
+  }
+  if (o.eager) {
+    // Every eager call in place: mappings were made, and none was refused.
+    int mapped = 0, staged = 0;
+    for (const auto& f : std::filesystem::directory_iterator(logs)) {
+      std::ifstream in(f.path());
+      for (std::string line; std::getline(in, line);) {
+        if (line.find("zero-staging:") == std::string::npos) continue;
+        if (line.find("more peer allocations") != std::string::npos) ++mapped;
+        if (line.find("staged") != std::string::npos) {
+          if (staged++ < 3) std::printf("FAIL: %s\n", line.c_str());
+        }
+      }
+    }
+    std::filesystem::remove_all(logs);
+    if (staged || mapped == 0) {
+      std::printf("FAIL: %d log lines of staged calls, %d of mappings made\n", staged, mapped);
+      ++failed;
+    }
   }
   if (passed + failed == 0) failed = 1;
   std::printf("%d passed, %d failed\n", passed, failed);

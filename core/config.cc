@@ -117,6 +117,7 @@ Config read_config() {
   bound_or_none("PURLIN_EXCHANGE_MAX_BYTES", &c.exchange_max_bytes, &c.exchange_disabled);
   c.exchange_channel_bytes = bytes_or("PURLIN_EXCHANGE_CHANNEL_BYTES", env("PURLIN_EXCHANGE_CHANNEL_BYTES"));
   bound_or_none("PURLIN_ZERO_STAGING_MIN_BYTES", &c.zero_staging_min_bytes, &c.zero_staging_disabled);
+  bound_or_none("PURLIN_CE_MIN_BYTES", &c.ce_min_bytes, &c.ce_disabled);
   c.zero_staging_eager_disabled = env("PURLIN_ZERO_STAGING_EAGER") == "0";
   c.pdl_disabled = env("PURLIN_PDL") == "0";
   c.exchange_lean_disabled = env("PURLIN_EXCHANGE_LEAN") == "0";

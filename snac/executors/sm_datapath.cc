@@ -56,6 +56,9 @@ constexpr std::uint64_t kExchangeCallBytes = 1ull << 20;
 constexpr std::uint64_t kZeroStagingMinBytes = kExchangeCallBytes;
 // Zero-staging CTAs of all ranks sharing a GPU together: about one per multiprocessor of an H200.
 constexpr int kZeroStagingCtas = 128;
+// AlltoAll on the copy engines from these sizes where 8, or 4 to 7, ranks share a GPU (derive()).
+constexpr std::uint64_t kCeAllToAllMinBytes8 = 256ull << 20;
+constexpr std::uint64_t kCeAllToAllMinBytes4 = 64ull << 20;
 
 // A channel per 4 KiB of a call: of 4, 8 and 16 KiB it was the fastest or level at every size from
 // 1 to 256 KiB and every collective on one H200 (2 and 8 ranks) and on two (one rank each), e.g.
@@ -124,6 +127,19 @@ void derive(const Regime& r, int wanted, Policy* p) {
               c.zero_staging_ctas, sharing, p->zero_staging_ctas);
   if (r.nranks < 2) p->zero_staging_min_bytes = 0;
   p->zero_staging_eager = p->zero_staging_min_bytes && !c.zero_staging_eager_disabled;
+  // The copy engines where they measured within 5% of the SM path or faster, graph and eager, on
+  // one H200 shared by the ranks (perf/results/2026-12-04-h200-copy-engine/): AlltoAll with 8 ranks
+  // from 256 MiB (1 GiB: 4.03 ms against 4.31, graph; at 64 MiB eager 6% slower), with 4 from
+  // 64 MiB (1 GiB: 2.03 against 2.17; 64 MiB eager 3% slower). Not AllGather: the engines read the
+  // input once per destination where the SM path reads it once for all (0.55 of the copy roofline
+  // against 0.86 with 8 ranks). With 2 ranks the engines were faster at 64 and 256 MiB but 1.44x
+  // slower at 1 GiB: SMs.
+  if (c.ce_min_bytes) {
+    p->ce_all_gather_min_bytes = p->ce_all_to_all_min_bytes = c.ce_min_bytes;
+  } else if (!c.ce_disabled) {
+    p->ce_all_to_all_min_bytes = sharing >= 8 ? kCeAllToAllMinBytes8 : sharing >= 4 ? kCeAllToAllMinBytes4 : 0;
+  }
+  if (!p->zero_staging_min_bytes) p->ce_all_gather_min_bytes = p->ce_all_to_all_min_bytes = 0;
   p->exchange_poll_ns = c.exchange_poll_ns >= 0 ? static_cast<unsigned>(c.exchange_poll_ns) : 0;
   // A box holds one channel's slice of the largest message, as LL packets (16 bytes per 8).
   const std::uint64_t boxes =

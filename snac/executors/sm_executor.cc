@@ -28,6 +28,7 @@
 #include "snac/executors/sm_kernel.h"
 #include "snac/executors/sm_peer_buffers.h"
 #include "snac/executors/sm_pair.h"
+#include "snac/executors/ce_copies.h"
 #include "snac/executors/sm_zero_staging.h"
 #include "snac/protocol/exchange.h"
 #include "snac/protocol/pair_exchange.h"
@@ -376,8 +377,10 @@ class SmExecutor final : public Executor {
   std::string last_plan() const override {
     if (last_local_.load(std::memory_order_relaxed)) return "OneRank_copy";
     if (last_zero_staging_.load(std::memory_order_relaxed))
-      return fmt::format("{}_ZeroStagingx{}cta", name_of(last_kind_.load(std::memory_order_relaxed)),
-                         last_channels_.load(std::memory_order_relaxed));
+      return last_ce_.load(std::memory_order_relaxed)
+                 ? fmt::format("{}_ZeroStagingxCE", name_of(last_kind_.load(std::memory_order_relaxed)))
+                 : fmt::format("{}_ZeroStagingx{}cta", name_of(last_kind_.load(std::memory_order_relaxed)),
+                               last_channels_.load(std::memory_order_relaxed));
     if (last_exchange_.load(std::memory_order_relaxed))
       return fmt::format("{}_LLxExchange{}x{}ch", name_of(last_kind_.load(std::memory_order_relaxed)),
                          last_word_.load(std::memory_order_relaxed)    ? "Word"
@@ -512,7 +515,14 @@ class SmExecutor final : public Executor {
     last_kind_.store(op.kind, std::memory_order_relaxed);
     last_channels_.store(a.ctas, std::memory_order_relaxed);
     *ran = true;
-    PURLIN_TRY(cuda::check(launch_zero_staging(a, stream), "launching the zero-staging kernel"));
+    // Calls that only copy go to the copy engines from the policy's bound on.
+    const std::uint64_t ce_from = kind == ZeroStagingKind::all_gather    ? policy_.ce_all_gather_min_bytes
+                                  : kind == ZeroStagingKind::all_to_all ? policy_.ce_all_to_all_min_bytes
+                                                                        : 0;
+    const bool ce = ce_from && ce_serves(kind) && std::max(in_total, out_total) >= ce_from;
+    last_ce_.store(ce, std::memory_order_relaxed);
+    if (ce) PURLIN_TRY(run_ce_copies(a, stream));
+    else PURLIN_TRY(cuda::check(launch_zero_staging(a, stream), "launching the zero-staging kernel"));
     return captured ? Status::ok : peers_->launched(stream);
   }
 
@@ -757,6 +767,7 @@ class SmExecutor final : public Executor {
   std::size_t memos_used_ = 0, memos_next_ = 0;
   std::atomic<bool> last_exchange_{false};
   std::atomic<bool> last_zero_staging_{false};
+  std::atomic<bool> last_ce_{false};
   std::unique_ptr<PeerBuffers> peers_;
   std::uint64_t zs_off_ = 0;
   std::vector<std::uint64_t*> zs_words_;  // every rank's barrier words as mapped here

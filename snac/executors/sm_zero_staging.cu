@@ -33,8 +33,14 @@ __global__ void __launch_bounds__(kZeroStagingThreads, 1) zero_staging_kernel(co
   z.call = call;
   z.tag = a.tag;
   const atom::SmWideAtom atom(a.type, a.op, a.guard, &words, a.one_gpu);
-  const Status s = zero_staging_call(atom, z, c, a.ctas);
-  if (threadIdx.x == 0) a.calls[c] = call;
+  Status s = Status::ok;
+  switch (a.phase) {
+    case ZeroStagingPhase::whole: s = zero_staging_call(atom, z, c, a.ctas); break;
+    case ZeroStagingPhase::arrive: s = zero_staging_barrier(atom, z, c, 2 * call - 1); break;
+    case ZeroStagingPhase::leave: s = zero_staging_barrier(atom, z, c, 2 * call); break;
+  }
+  // The call's number moves on when the call closes (the arrival alone leaves it for the leave).
+  if (threadIdx.x == 0 && a.phase != ZeroStagingPhase::arrive) a.calls[c] = call;
   report_outcome(s, a.rank, a.nranks, a.win, a.guard);
 }
 

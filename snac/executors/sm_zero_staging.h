@@ -15,6 +15,8 @@ namespace purlin::snac {
 
 inline constexpr int kZeroStagingThreads = 512;
 
+enum class ZeroStagingPhase : std::uint8_t { whole, arrive, leave };
+
 struct ZeroStagingArgs {
   ZeroStagingKind kind = ZeroStagingKind::all_reduce;
   int rank = 0;
@@ -27,6 +29,9 @@ struct ZeroStagingArgs {
   atom::SmGuard guard{};
   bool one_gpu = false;
   std::uint64_t* calls = nullptr;  // [kZeroStagingMaxCtas]: this rank's call numbers per CTA, device
+  // What the launch does of the call: all of it, or (the copy engines move the bytes between) only
+  // the arrival barrier, or only the done barrier, which closes the call.
+  ZeroStagingPhase phase = ZeroStagingPhase::whole;
   const Window* win = nullptr;     // [nranks] channel-0 windows: the peers' fault words
   const char* in[kMaxRanks];
   char* out[kMaxRanks];

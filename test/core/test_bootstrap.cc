@@ -25,6 +25,7 @@
 #include "core/topology.h"
 #include "test/catch.h"
 #include "test/common/loopback.h"
+#include "test/common/rank_threads.h"
 
 extern char** environ;
 
@@ -34,23 +35,7 @@ using purlin::Bootstrap;
 using purlin::Status;
 using purlin::UniqueId;
 using Clock = std::chrono::steady_clock;
-
-// First failure seen by a rank thread, reported on the main thread.
-struct Checker {
-  std::mutex mu;
-  std::string first;
-  void expect(bool ok, const std::string& what) {
-    if (ok) return;
-    std::lock_guard<std::mutex> lock(mu);
-    if (first.empty()) first = what;
-  }
-};
-
-void on_threads(int n, const std::function<void(int)>& fn) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back(fn, r);
-  for (auto& t : threads) t.join();
-}
+using rank_threads::Checker;
 
 // Seeded, never-zero contents that differ per rank and per use.
 std::vector<std::uint8_t> pattern(int rank, std::size_t bytes, std::uint64_t salt) {
@@ -178,7 +163,7 @@ TEST_CASE("bootstrap: create, all_gather, barrier and a send/recv ring", "[core]
   UniqueId id{};
   REQUIRE(purlin::make_unique_id(&id) == Status::ok);
   Checker c;
-  on_threads(n, [&](int r) { exercise(id, r, n, 100 + n, c); });
+  rank_threads::run(n, [&](int r) { exercise(id, r, n, 100 + n, c); });
   INFO(c.first);
   CHECK(c.first.empty());
 }
@@ -189,7 +174,7 @@ TEST_CASE("bootstrap: two ids in use at once do not mix", "[core][bootstrap]") {
   REQUIRE(purlin::make_unique_id(&ids[1]) == Status::ok);
   const int sizes[2] = {3, 2};
   Checker c;
-  on_threads(sizes[0] + sizes[1], [&](int t) {
+  rank_threads::run(sizes[0] + sizes[1], [&](int t) {
     int which = t < sizes[0] ? 0 : 1;
     int rank = which == 0 ? t : t - sizes[0];
     exercise(ids[which], rank, sizes[which], 7 + which * 1000, c);
@@ -328,7 +313,7 @@ TEST_CASE("bootstrap: abort() from another thread unblocks a recv", "[core][boot
   REQUIRE(purlin::make_unique_id(&id) == Status::ok);
   std::unique_ptr<Bootstrap> b[2];
   Status created[2];
-  on_threads(2, [&](int r) { created[r] = Bootstrap::create(id, r, 2, nullptr, &b[r]); });
+  rank_threads::run(2, [&](int r) { created[r] = Bootstrap::create(id, r, 2, nullptr, &b[r]); });
   REQUIRE(created[0] == Status::ok);
   REQUIRE(created[1] == Status::ok);
 
@@ -383,7 +368,7 @@ TEST_CASE("bootstrap: the create() abort flag unblocks create and later operatio
     std::atomic<bool> flags[2] = {false, false};
     std::unique_ptr<Bootstrap> b[2];
     Status created[2];
-    on_threads(2, [&](int r) { created[r] = Bootstrap::create(id, r, 2, &flags[r], &b[r]); });
+    rank_threads::run(2, [&](int r) { created[r] = Bootstrap::create(id, r, 2, &flags[r], &b[r]); });
     REQUIRE(created[0] == Status::ok);
     REQUIRE(created[1] == Status::ok);
     Status got = Status::ok;
@@ -408,7 +393,7 @@ TEST_CASE("bootstrap: a lost peer gives remote_error, the others keep working", 
   REQUIRE(purlin::make_unique_id(&id) == Status::ok);
   std::unique_ptr<Bootstrap> b[3];
   Status created[3];
-  on_threads(3, [&](int r) { created[r] = Bootstrap::create(id, r, 3, nullptr, &b[r]); });
+  rank_threads::run(3, [&](int r) { created[r] = Bootstrap::create(id, r, 3, nullptr, &b[r]); });
   for (Status s : created) REQUIRE(s == Status::ok);
 
   // Rank 2 sends one message and leaves; the message can still be received.
@@ -445,7 +430,7 @@ TEST_CASE("bootstrap: sizes are checked and streams stay in step", "[core][boots
   UniqueId id{};
   REQUIRE(purlin::make_unique_id(&id) == Status::ok);
   Checker c;
-  on_threads(2, [&](int r) {
+  rank_threads::run(2, [&](int r) {
     std::unique_ptr<Bootstrap> b;
     c.expect(Bootstrap::create(id, r, 2, nullptr, &b) == Status::ok, "create");
     if (!b) return;
@@ -605,7 +590,7 @@ TEST_CASE("bootstrap_comm_id_child", "[.]") {
   REQUIRE(purlin::make_unique_id(&b) == Status::ok);
   CHECK(std::memcmp(&a, &b, sizeof(a)) == 0);  // every process derives the same id
   Checker c;
-  on_threads(3, [&](int r) { exercise(a, r, 3, 9, c); });
+  rank_threads::run(3, [&](int r) { exercise(a, r, 3, 9, c); });
   INFO(c.first);
   CHECK(c.first.empty());
 }
@@ -663,7 +648,7 @@ TEST_CASE("bootstrap: a farewell tells a departure from a failure", "[core][boot
   REQUIRE(purlin::make_unique_id(&id) == Status::ok);
   std::unique_ptr<Bootstrap> b[4];
   Status created[4];
-  on_threads(4, [&](int r) { created[r] = Bootstrap::create(id, r, 4, nullptr, &b[r]); });
+  rank_threads::run(4, [&](int r) { created[r] = Bootstrap::create(id, r, 4, nullptr, &b[r]); });
   for (Status s : created) REQUIRE(s == Status::ok);
   CHECK(b[0]->failed_peer() == -1);
 
@@ -703,7 +688,7 @@ TEST_CASE("bootstrap: set_interrupt ends one operation and leaves the bootstrap 
   REQUIRE(purlin::make_unique_id(&id) == Status::ok);
   std::unique_ptr<Bootstrap> b[2];
   Status created[2];
-  on_threads(2, [&](int r) { created[r] = Bootstrap::create(id, r, 2, nullptr, &b[r]); });
+  rank_threads::run(2, [&](int r) { created[r] = Bootstrap::create(id, r, 2, nullptr, &b[r]); });
   REQUIRE(created[0] == Status::ok);
   REQUIRE(created[1] == Status::ok);
 

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -18,6 +17,7 @@
 #include "core/shm_gather.h"
 #include "test/catch.h"
 #include "test/common/loopback.h"
+#include "test/common/rank_threads.h"
 
 namespace {
 
@@ -26,22 +26,7 @@ using purlin::ShmGather;
 using purlin::Status;
 using purlin::UniqueId;
 using Clock = std::chrono::steady_clock;
-
-struct Checker {
-  std::mutex mu;
-  std::string first;
-  void expect(bool ok, const std::string& what) {
-    if (ok) return;
-    std::lock_guard<std::mutex> lock(mu);
-    if (first.empty()) first = what;
-  }
-};
-
-void on_threads(int n, const std::function<void(int)>& fn) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back(fn, r);
-  for (auto& t : threads) t.join();
-}
+using rank_threads::Checker;
 
 // Rank r's record of round k: 40 bytes, none of them zero, different for every (r, k).
 constexpr std::size_t kRecord = 40;
@@ -72,7 +57,7 @@ TEST_CASE("shm_gather: every rank reads every rank's record of every round", "[c
     REQUIRE(purlin::make_unique_id(&id) == Status::ok);
     Checker c;
     const std::uint64_t rounds = 3000;
-    on_threads(n, [&](int r) {
+    rank_threads::run(n, [&](int r) {
       std::unique_ptr<Bootstrap> boot;
       std::unique_ptr<ShmGather> g = setup(id, r, n, 30, c, &boot);
       if (!g) return;
@@ -110,7 +95,7 @@ TEST_CASE("shm_gather: a rank that stops taking part ends its peers' round at th
   std::vector<double> waited(n, 0);
   std::vector<Status> second(n, Status::ok);
   std::atomic<int> left{0};
-  on_threads(n, [&](int r) {
+  rank_threads::run(n, [&](int r) {
     std::unique_ptr<Bootstrap> boot;
     std::unique_ptr<ShmGather> g = setup(id, r, n, 0.5, c, &boot);
     if (!g) return;
@@ -152,7 +137,7 @@ TEST_CASE("shm_gather: a stop request ends a waiting round", "[core][shm_gather]
   std::atomic<bool> stop{false};
   std::atomic<int> done{0};
   double waited = 0;
-  on_threads(n, [&](int r) {
+  rank_threads::run(n, [&](int r) {
     std::unique_ptr<Bootstrap> boot;
     std::unique_ptr<ShmGather> g = setup(id, r, n, 60, c, &boot);
     if (!g) return;

@@ -46,11 +46,16 @@ Status ShmGather::create(Bootstrap& boot, std::size_t record_bytes, double timeo
   if (box) mine = box->address();
   std::vector<FdAddress> boxes(static_cast<std::size_t>(n));
   PURLIN_TRY(boot.all_gather(&mine, sizeof(mine), boxes.data()));
-  std::vector<std::int32_t> oks(static_cast<std::size_t>(n));
-  std::int32_t ok = s == Status::ok ? 1 : 0;
-  PURLIN_TRY(boot.all_gather(&ok, sizeof(ok), oks.data()));
-  for (std::int32_t o : oks)
-    if (!o) return s != Status::ok ? s : fail(Status::remote_error, "a peer could not set up its shared-memory agreement");
+  // This rank's status `s` where it failed, a peer's failure where only the peer did.
+  auto everyone_ok = [&](const char* what) {
+    std::vector<std::int32_t> oks(static_cast<std::size_t>(n));
+    const std::int32_t ok = s == Status::ok ? 1 : 0;
+    PURLIN_TRY(boot.all_gather(&ok, sizeof(ok), oks.data()));
+    for (std::int32_t o : oks)
+      if (!o) return s != Status::ok ? s : fail(Status::remote_error, fmt::format("a peer could not {}", what));
+    return Status::ok;
+  };
+  PURLIN_TRY(everyone_ok("set up its shared-memory agreement"));
   if (n > 1) {
     std::vector<int> to, from;
     if (me == 0)
@@ -64,10 +69,7 @@ Status ShmGather::create(Bootstrap& boot, std::size_t record_bytes, double timeo
       if (s == Status::ok) s = ShmSegment::map(r.fd, bytes, &g->segment_);
       ::close(r.fd);
     }
-    ok = s == Status::ok ? 1 : 0;
-    PURLIN_TRY(boot.all_gather(&ok, sizeof(ok), oks.data()));
-    for (std::int32_t o : oks)
-      if (!o) return s != Status::ok ? s : fail(Status::remote_error, "a peer could not map the shared-memory agreement");
+    PURLIN_TRY(everyone_ok("map the shared-memory agreement"));
   }
   g->segment_.close_fd();
   *out = std::move(g);

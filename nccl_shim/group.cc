@@ -252,14 +252,15 @@ ncclResult_t group_failed(ncclResult_t r) {
   return r;
 }
 
+// Outside any group a call on a blocking communicator that Purlin serves alone runs at once, straight
+// on the datapath, as flush() would run its group of one.
+bool runs_now(const ncclComm* comm) { return tls_group.depth == 0 && comm->blocking && !comm->fallback; }
+
 ncclResult_t enqueue(ncclComm* comm, const snac::Op& op, cudaStream_t stream) {
   {
     InUse use(comm);
     if (!use) return group_failed(check_comm("ncclGroupEnd", comm));  // destroyed by another thread meanwhile
-    // Outside any group a call on a blocking communicator that Purlin serves alone runs here and
-    // now, as flush() would run its group of one.
-    if (tls_group.depth == 0 && comm->blocking && !comm->fallback)
-      return settle(comm, comm->impl->execute({&op, 1}, {}, stream));
+    if (runs_now(comm)) return settle(comm, comm->impl->execute({&op, 1}, {}, stream));
     batch_for(comm, stream).ops.push_back(op);
   }
   return tls_group.depth == 0 ? flush() : ncclSuccess;
@@ -269,8 +270,7 @@ ncclResult_t enqueue_p2p(ncclComm* comm, const snac::PeerOp& p, cudaStream_t str
   {
     InUse use(comm);
     if (!use) return group_failed(check_comm("ncclGroupEnd", comm));
-    if (tls_group.depth == 0 && comm->blocking && !comm->fallback)
-      return settle(comm, comm->impl->execute({}, {&p, 1}, stream));
+    if (runs_now(comm)) return settle(comm, comm->impl->execute({}, {&p, 1}, stream));
     batch_for(comm, stream).p2p.push_back(p);
   }
   return tls_group.depth == 0 ? flush() : ncclSuccess;

@@ -5,12 +5,9 @@
 
 namespace purlin::snac {
 
-bool ce_serves(ZeroStagingKind kind) {
-  return kind == ZeroStagingKind::all_gather || kind == ZeroStagingKind::all_to_all;
-}
-
 Status run_ce_copies(ZeroStagingArgs a, cudaStream_t stream) {
-  if (!ce_serves(a.kind)) return fail(Status::internal_error, "the copy engines only copy: no reduction on them");
+  if (a.kind != ZeroStagingKind::all_gather && a.kind != ZeroStagingKind::all_to_all)
+    return fail(Status::internal_error, "the copy engines only copy: no reduction on them");
   a.ctas = 1;
   a.phase = ZeroStagingPhase::arrive;
   PURLIN_TRY(cuda::check(launch_zero_staging(a, stream), "launching the copy engines' arrival barrier"));

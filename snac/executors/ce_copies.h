@@ -14,10 +14,8 @@
 
 namespace purlin::snac {
 
-// Whether the copy engines can run zero-staging call `kind` (a collective that only copies).
-bool ce_serves(ZeroStagingKind kind);
-
-// Runs `a` (kind and buffers as for launch_zero_staging; ctas and phase are set here) on `stream`.
+// Runs `a`, an AllGather or AlltoAll (kind and buffers as for launch_zero_staging; ctas and phase
+// are set here), on `stream`.
 Status run_ce_copies(ZeroStagingArgs a, cudaStream_t stream);
 
 }  // namespace purlin::snac

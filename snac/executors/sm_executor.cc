@@ -519,7 +519,7 @@ class SmExecutor final : public Executor {
     const std::uint64_t ce_from = kind == ZeroStagingKind::all_gather    ? policy_.ce_all_gather_min_bytes
                                   : kind == ZeroStagingKind::all_to_all ? policy_.ce_all_to_all_min_bytes
                                                                         : 0;
-    const bool ce = ce_from && ce_serves(kind) && std::max(in_total, out_total) >= ce_from;
+    const bool ce = ce_from && std::max(in_total, out_total) >= ce_from;
     last_ce_.store(ce, std::memory_order_relaxed);
     if (ce) PURLIN_TRY(run_ce_copies(a, stream));
     else PURLIN_TRY(cuda::check(launch_zero_staging(a, stream), "launching the zero-staging kernel"));

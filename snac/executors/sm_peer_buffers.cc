@@ -163,7 +163,19 @@ Status PeerBuffers::describe_call(const Mine& mine, Offer* my) {
   return Status::ok;
 }
 
-Status PeerBuffers::map_peers(const std::vector<Offer>& all, const Offer& my, bool* all_ok, std::vector<Key>* used) {
+std::vector<PeerBuffers::Key> PeerBuffers::call_keys(const std::vector<Offer>& all, const Offer& my,
+                                                     bool mapped_only) const {
+  const int me = boot_->rank();
+  std::vector<Key> keys;
+  for (int p = 0; p < static_cast<int>(all.size()); ++p) {
+    if (mapped_only && (p == me || all[p].pid == my.pid)) continue;
+    for (int s = 0; s < 2; ++s)
+      if (s == 0 || all[p].side[1].id != all[p].side[0].id) keys.push_back(Key{p, all[p].side[s].id});
+  }
+  return keys;
+}
+
+Status PeerBuffers::map_peers(const std::vector<Offer>& all, const Offer& my, bool* all_ok) {
   *all_ok = false;
   const int n = boot_->nranks(), me = boot_->rank();
   // Map what is new: CUDA IPC at once, cuMem through descriptors the owners send on request.
@@ -176,7 +188,6 @@ Status PeerBuffers::map_peers(const std::vector<Offer>& all, const Offer& my, bo
       const Side& side = all[p].side[s];
       const Key key{p, side.id};
       if (s == 1 && side.id == all[p].side[0].id) continue;  // one allocation for both
-      used->push_back(key);
       if (mapped_.count(key)) continue;
       if (side.kind == static_cast<std::uint8_t>(cuda::ShareKind::ipc)) {
         Mapping m;
@@ -275,10 +286,10 @@ Status PeerBuffers::share(const Mine& mine, cudaGraph_t graph, bool* go, const c
     if (!o.ok || o.key != my.key) return Status::ok;  // every rank sees the same offers
   drop_stale(all);
   bool ok = false;
-  std::vector<Key> used;
-  PURLIN_TRY(map_peers(all, my, &ok, &used));
+  PURLIN_TRY(map_peers(all, my, &ok));
   if (!ok) return Status::ok;
   point(all, my, in, out);
+  const std::vector<Key> used = call_keys(all, my, true);
   // The graph holds what it uses until it is destroyed.
   if (!used.empty()) {
     struct Hold {
@@ -329,19 +340,15 @@ Status PeerBuffers::share_eager(const Mine& mine, bool* go, const char** in, cha
   // Every rank's allocations of this call, as every rank names them.
   ++eager_calls_;
   drop_stale(all);
-  std::vector<Key> keys;
-  for (int p = 0; p < n; ++p)
-    for (int s = 0; s < 2; ++s)
-      if (s == 0 || all[p].side[1].id != all[p].side[0].id) keys.push_back(Key{p, all[p].side[s].id});
+  const std::vector<Key> keys = call_keys(all, my, false);
   bool fresh = false;
   for (const Key& k : keys) {
     if (refused_.count(k)) return Status::ok;
     fresh = fresh || !agreed_.count(k);
   }
-  std::vector<Key> used;
   if (fresh) {
     bool ok = false;
-    PURLIN_TRY(map_peers(all, my, &ok, &used));
+    PURLIN_TRY(map_peers(all, my, &ok));
     if (!ok) {
       for (const Key& k : keys)
         if (!agreed_.count(k)) refused_.insert(k);
@@ -349,17 +356,12 @@ Status PeerBuffers::share_eager(const Mine& mine, bool* go, const char** in, cha
                 "these allocations are staged", boot_->rank(), n);
       return Status::ok;
     }
-  } else {
-    const int me = boot_->rank();
-    for (int p = 0; p < n; ++p)
-      if (p != me && all[p].pid != my.pid)
-        for (int s = 0; s < 2; ++s)
-          if (s == 0 || all[p].side[1].id != all[p].side[0].id) used.push_back(Key{p, all[p].side[s].id});
   }
-  for (int p = 0; p < n; ++p)
-    for (int s = 0; s < 2; ++s)
-      if (s == 0 || all[p].side[1].id != all[p].side[0].id)
-        agreed_[Key{p, all[p].side[s].id}] = Agreed{eager_calls_, all[p].side[s].base, all[p].side[s].bytes};
+  for (const Key& k : keys) {
+    const Side& side = all[k.first].side[all[k.first].side[0].id == k.second ? 0 : 1];
+    agreed_[k] = Agreed{eager_calls_, side.base, side.bytes};
+  }
+  std::vector<Key> used = call_keys(all, my, true);
   for (const Key& k : used) mapped_.at(k).eager = true;
   // Each rank's allocations beyond the last kEagerPerOwner it used drop out, alike everywhere; this
   // call's are the newest, and a call uses at most two of a rank's.

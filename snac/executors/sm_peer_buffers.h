@@ -106,10 +106,12 @@ class PeerBuffers {
   void drop_stale(const std::vector<Offer>& all);
   void reap();
   Status describe_call(const Mine& mine, Offer* my);
+  // The allocations of a call as every rank names them: each rank's input's, and its output's where
+  // that is another one. With `mapped_only`, only those this rank maps (of ranks in other processes).
+  std::vector<Key> call_keys(const std::vector<Offer>& all, const Offer& my, bool mapped_only) const;
   // Collective over the bootstrap: maps every peer allocation of `all` not mapped here yet; *ok
-  // (alike on every rank) when every rank mapped all of them. `used` gets the keys of the mapped
-  // allocations the call uses.
-  Status map_peers(const std::vector<Offer>& all, const Offer& my, bool* ok, std::vector<Key>* used);
+  // (alike on every rank) when every rank mapped all of them.
+  Status map_peers(const std::vector<Offer>& all, const Offer& my, bool* ok);
   void point(const std::vector<Offer>& all, const Offer& my, const char** in, char** out) const;
 
   Bootstrap* boot_;

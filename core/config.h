@@ -76,8 +76,9 @@ struct Config {
   int zero_staging_ctas = 0;           // PURLIN_ZERO_STAGING_CTAS: CTAs per rank of a zero-staging call
   // PURLIN_ZERO_STAGING_EAGER=0: calls outside graphs are staged whatever their buffers
   bool zero_staging_eager_disabled = false;
-  // PURLIN_CE_MIN_BYTES: zero-staged AllGather and AlltoAll from this size move their bytes on the
-  // copy engines (atom/ce); `none` or 0: never; unset: the policy's bounds
+  // PURLIN_CE_MIN_BYTES: zero-staged calls that only copy (AllGather, AlltoAll, Broadcast, Gather,
+  // Scatter) from this size move their bytes on the copy engines (atom/ce); `none` or 0: never;
+  // unset: the policy's bounds
   std::uint64_t ce_min_bytes = 0;
   bool ce_disabled = false;
   bool pdl_disabled = false;           // PURLIN_PDL=0: no programmatic dependent launch

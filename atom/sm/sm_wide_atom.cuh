@@ -87,13 +87,16 @@ __device__ __forceinline__ std::size_t reduce_fan_tiles(const R& r, uint4* const
       for (int k = 1; k < N; ++k) f.next(r, w[k][u]);
       const uint4 v = f.template finish<uint4>(r);
 #pragma unroll
-      for (int k = 0; k < N; ++k) dst[k][base + u * stride + tid] = v;
+      for (int k = 0; k < N; ++k) __stcs(&dst[k][base + u * stride + tid], v);
     }
   }
   return base;
 }
 
 // Every dsts[d] = src over `vecs` 16-byte vectors: U loads in flight per thread, each stored N times.
+// The fans' stores are streaming (evict first): nothing reads them in this call, and a fan writes
+// N times what it reads, so the stores' lines leave L2 first. With 8 ranks on one H200 that took
+// AllGather's traffic from 0.82 to 0.89 of the copy roofline (perf/probe/fan_probe.cu).
 template <int N, int U>
 __device__ __forceinline__ std::size_t copy_fan_tiles(uint4* const* dsts, const uint4* src, std::size_t vecs) {
   const std::size_t tid = threadIdx.x, stride = blockDim.x, step = stride * U;
@@ -108,7 +111,7 @@ __device__ __forceinline__ std::size_t copy_fan_tiles(uint4* const* dsts, const 
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int k = 0; k < N; ++k) dst[k][base + u * stride + tid] = w[u];
+      for (int k = 0; k < N; ++k) __stcs(&dst[k][base + u * stride + tid], w[u]);
   }
   return base;
 }
@@ -167,7 +170,7 @@ class SmWideAtom : public SmAtom {
           f.first(r, static_cast<const uint4*>(ins[0])[i]);
           for (int s = 1; s < n; ++s) f.next(r, static_cast<const uint4*>(ins[s])[i]);
           const uint4 v = f.template finish<uint4>(r);
-          for (int d = 0; d < n; ++d) outs[d][i] = v;
+          for (int d = 0; d < n; ++d) __stcs(&outs[d][i], v);
         }
       }
       for (std::size_t i = vecs * V + tid; i < count; i += stride) {
@@ -179,8 +182,9 @@ class SmWideAtom : public SmAtom {
   }
 
   // Every dsts[d] (d < n) = src over `bytes`, in one pass: each vector loaded once and stored to
-  // every destination (AllGather's input into every rank's output), in tiles for 2..kWideSources
-  // destinations, byte by byte when some pointer is not 16-byte aligned.
+  // every destination (AllGather's input into every rank's output), in tiles for 1..kWideSources
+  // destinations (one: in-place AllGather and Broadcast with 2 ranks), byte by byte when some pointer
+  // is not 16-byte aligned.
   __device__ void copy_fan(char* const* dsts, int n, const char* src, std::size_t bytes) const {
     const std::size_t tid = threadIdx.x, stride = blockDim.x;
     std::size_t vecs = 0;
@@ -190,6 +194,7 @@ class SmWideAtom : public SmAtom {
       const uint4* in = reinterpret_cast<const uint4*>(src);
       std::size_t tiled = 0;
       switch (n) {
+        case 1: tiled = copy_fan_tiles<1, 8>(outs, in, vecs); break;
         case 2: tiled = copy_fan_tiles<2, 8>(outs, in, vecs); break;
         case 3: tiled = copy_fan_tiles<3, 8>(outs, in, vecs); break;
         case 4: tiled = copy_fan_tiles<4, 8>(outs, in, vecs); break;
@@ -201,7 +206,7 @@ class SmWideAtom : public SmAtom {
       }
       for (std::size_t i = tiled + tid; i < vecs; i += stride) {
         const uint4 v = in[i];
-        for (int d = 0; d < n; ++d) outs[d][i] = v;
+        for (int d = 0; d < n; ++d) __stcs(&outs[d][i], v);
       }
     }
     for (std::size_t i = vecs * 16 + tid; i < bytes; i += stride) {

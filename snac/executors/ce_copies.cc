@@ -6,21 +6,17 @@
 namespace purlin::snac {
 
 Status run_ce_copies(ZeroStagingArgs a, cudaStream_t stream) {
-  if (a.kind != ZeroStagingKind::all_gather && a.kind != ZeroStagingKind::all_to_all)
-    return fail(Status::internal_error, "the copy engines only copy: no reduction on them");
+  if (!zero_staging_copies_only(a.kind)) return fail(Status::internal_error, "the copy engines only copy: no reduction on them");
   a.ctas = 1;
   a.phase = ZeroStagingPhase::arrive;
   PURLIN_TRY(cuda::check(launch_zero_staging(a, stream), "launching the copy engines' arrival barrier"));
-  // Block `me` of every rank's output: AllGather's from this rank's input, AlltoAll's from block p
-  // of it. The peers in turn from the next rank on, this rank's own last, so that the ranks' copies
-  // spread over the destinations.
+  // The protocol's copies of this rank, whole; the call number is the barriers' business only.
   const atom::CeAtom ce(stream);
-  const int n = a.nranks, me = a.rank;
-  for (int k = 1; k <= n; ++k) {
-    const int p = (me + k) % n;
-    const char* src = a.in[me] + (a.kind == ZeroStagingKind::all_to_all ? static_cast<std::uint64_t>(p) * a.bytes : 0);
-    PURLIN_TRY(ce.copy(a.out[p] + static_cast<std::uint64_t>(me) * a.bytes, src, a.bytes));
-  }
+  Status st = Status::ok;
+  zero_staging_copies(zero_staging_view(a, 0), [&](char* dst, const char* src, std::uint64_t bytes) {
+    if (st == Status::ok) st = ce.copy(dst, src, bytes);
+  });
+  PURLIN_TRY(st);
   a.phase = ZeroStagingPhase::leave;
   return cuda::check(launch_zero_staging(a, stream), "launching the copy engines' done barrier");
 }

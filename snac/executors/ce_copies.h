@@ -1,10 +1,11 @@
-// The copy-engine datapath (atom/ce) bound to zero-staging (snac/protocol/zero_staging.h): an
-// AllGather or AlltoAll whose buffers every rank has mapped, its bytes moved by the copy engines.
-// The call keeps the protocol's two barriers, each a launch of the zero-staging kernel with one CTA
-// that only meets the peers (arrival, then done, on CTA 0's growing call number, which the SM form
-// of the call shares); between them this rank pushes its message to every rank's output with
-// cudaMemcpyAsync. Every wait is a kernel's, so it ends at ncclCommAbort or at PURLIN_TIMEOUT, and
-// a graph replays the call as it was captured: the call numbers grow in device memory.
+// The copy-engine datapath (atom/ce) bound to zero-staging (snac/protocol/zero_staging.h): a
+// collective that only copies (AllGather, AlltoAll, Broadcast, Gather, Scatter) whose buffers every
+// rank has mapped, its bytes moved by the copy engines. The call keeps the protocol's two barriers,
+// each a launch of the zero-staging kernel with one CTA that only meets the peers (arrival, then
+// done, on CTA 0's growing call number, which the SM form of the call shares); between them this
+// rank makes its copies (those zero_staging_copies names) with cudaMemcpyAsync. Every wait is a
+// kernel's, so it ends at ncclCommAbort or at PURLIN_TIMEOUT, and a graph replays the call as it
+// was captured: the call numbers grow in device memory.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,7 +15,7 @@
 
 namespace purlin::snac {
 
-// Runs `a`, an AllGather or AlltoAll (kind and buffers as for launch_zero_staging; ctas and phase
+// Runs `a`, a collective that only copies (kind and buffers as for launch_zero_staging; ctas and phase
 // are set here), on `stream`.
 Status run_ce_copies(ZeroStagingArgs a, cudaStream_t stream);
 

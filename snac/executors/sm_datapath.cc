@@ -135,11 +135,14 @@ void derive(const Regime& r, int wanted, Policy* p) {
   // against 0.86 with 8 ranks). With 2 ranks the engines were faster at 64 and 256 MiB but 1.44x
   // slower at 1 GiB: SMs.
   if (c.ce_min_bytes) {
-    p->ce_all_gather_min_bytes = p->ce_all_to_all_min_bytes = c.ce_min_bytes;
+    p->ce_all_gather_min_bytes = p->ce_all_to_all_min_bytes = p->ce_broadcast_min_bytes =
+        p->ce_gather_scatter_min_bytes = c.ce_min_bytes;
   } else if (!c.ce_disabled) {
     p->ce_all_to_all_min_bytes = sharing >= 8 ? kCeAllToAllMinBytes8 : sharing >= 4 ? kCeAllToAllMinBytes4 : 0;
   }
-  if (!p->zero_staging_min_bytes) p->ce_all_gather_min_bytes = p->ce_all_to_all_min_bytes = 0;
+  if (!p->zero_staging_min_bytes)
+    p->ce_all_gather_min_bytes = p->ce_all_to_all_min_bytes = p->ce_broadcast_min_bytes =
+        p->ce_gather_scatter_min_bytes = 0;
   p->exchange_poll_ns = c.exchange_poll_ns >= 0 ? static_cast<unsigned>(c.exchange_poll_ns) : 0;
   // A box holds one channel's slice of the largest message, as LL packets (16 bytes per 8).
   const std::uint64_t boxes =

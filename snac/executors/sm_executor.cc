@@ -315,12 +315,16 @@ class SmExecutor final : public Executor {
     }
     return nullptr;
   }
-  void remember(const Op& op, const ExchangeArgs& x, int threads) {
+  // A call's larger side, alike on every rank (a Scatter's input names no size away from the root).
+  std::uint64_t larger_side(const Op& op) const {
     std::uint64_t in_total = 0, out_total = 0;
     for (const Part& p : op.in) in_total += p.bytes;
     for (const Part& p : op.out) out_total += p.bytes;
-    if (op.copy_input || (policy_.zero_staging_min_bytes && std::max(in_total, out_total) >= policy_.zero_staging_min_bytes))
-      return;
+    if (op.kind == CollKind::scatter) in_total = out_total * static_cast<std::uint64_t>(xargs_.nranks);
+    return std::max(in_total, out_total);
+  }
+  void remember(const Op& op, const ExchangeArgs& x, int threads) {
+    if (op.copy_input || (policy_.zero_staging_min_bytes && larger_side(op) >= policy_.zero_staging_min_bytes)) return;
     ExchangeMemo& m = memos_[memos_next_];
     memos_next_ = (memos_next_ + 1) % kExchangeMemos;
     memos_used_ = std::min(memos_used_ + 1, kExchangeMemos);
@@ -438,9 +442,15 @@ class SmExecutor final : public Executor {
       case CollKind::all_gather: kind = ZeroStagingKind::all_gather; break;
       case CollKind::reduce_scatter: kind = ZeroStagingKind::reduce_scatter; break;
       case CollKind::all_to_all: kind = ZeroStagingKind::all_to_all; break;
+      case CollKind::broadcast:
+      case CollKind::broadcast_direct: kind = ZeroStagingKind::broadcast; break;
+      case CollKind::reduce:
+      case CollKind::reduce_direct: kind = ZeroStagingKind::reduce; break;
+      case CollKind::gather: kind = ZeroStagingKind::gather; break;
+      case CollKind::scatter: kind = ZeroStagingKind::scatter; break;
       default: return Status::ok;
     }
-    const bool reduces = kind == ZeroStagingKind::all_reduce || kind == ZeroStagingKind::reduce_scatter;
+    const bool reduces = !zero_staging_copies_only(kind);
     // PreMulSum scales each contribution by its own rank's scalar, which the peers do not hold.
     if (reduces && scales(op.op)) return Status::ok;
     // Both sides contiguous from their first part (the shim's uniform calls always are).
@@ -452,23 +462,35 @@ class SmExecutor final : public Executor {
       }
       return true;
     };
+    const int n = xargs_.nranks, me = xargs_.rank;
+    const std::uint64_t nn = static_cast<std::uint64_t>(n);
+    // A side the collective does not use on this rank (away from the root) is not checked, not
+    // offered and not mapped.
+    const bool root = me == op.root;
+    const bool in_used = !(kind == ZeroStagingKind::broadcast || kind == ZeroStagingKind::scatter) || root;
+    const bool out_used = !(kind == ZeroStagingKind::reduce || kind == ZeroStagingKind::gather) || root;
     std::uint64_t in_total = 0, out_total = 0;
-    if (!extent(op.in, &in_total) || !extent(op.out, &out_total)) return Status::ok;
-    const int n = xargs_.nranks;
-    std::uint64_t block = 0;
+    if ((in_used && !extent(op.in, &in_total)) || (out_used && !extent(op.out, &out_total))) return Status::ok;
+    // The block every rank's call names alike (a rank's message, or the whole buffer of AllReduce,
+    // Broadcast and Reduce), from a side every rank uses, and the sizes the used sides must have.
+    std::uint64_t block = 0, in_want = 0, out_want = 0;
     switch (kind) {
-      case ZeroStagingKind::all_reduce: block = in_total; break;
-      case ZeroStagingKind::all_gather: block = in_total; break;
-      case ZeroStagingKind::reduce_scatter: block = out_total; break;
-      case ZeroStagingKind::all_to_all: block = in_total / static_cast<std::uint64_t>(n); break;
+      case ZeroStagingKind::all_reduce: block = in_want = out_want = in_total; break;
+      case ZeroStagingKind::all_gather: block = in_want = in_total, out_want = block * nn; break;
+      case ZeroStagingKind::reduce_scatter: block = out_want = out_total, in_want = block * nn; break;
+      case ZeroStagingKind::all_to_all: block = in_total / nn, in_want = out_want = block * nn; break;
+      case ZeroStagingKind::broadcast: block = in_want = out_want = out_total; break;
+      case ZeroStagingKind::reduce: block = in_want = out_want = in_total; break;
+      case ZeroStagingKind::gather: block = in_want = in_total, out_want = block * nn; break;
+      case ZeroStagingKind::scatter: block = out_want = out_total, in_want = block * nn; break;
     }
-    if (kind == ZeroStagingKind::all_reduce && out_total != in_total) return Status::ok;
-    if (kind != ZeroStagingKind::all_reduce) {
-      const std::uint64_t in_want = kind == ZeroStagingKind::all_gather ? block : block * static_cast<std::uint64_t>(n);
-      const std::uint64_t out_want = kind == ZeroStagingKind::reduce_scatter ? block : block * static_cast<std::uint64_t>(n);
-      if (in_total != in_want || out_total != out_want) return Status::ok;
-    }
-    if (std::max(in_total, out_total) < policy_.zero_staging_min_bytes) return Status::ok;
+    if ((in_used && in_total != in_want) || (out_used && out_total != out_want)) return Status::ok;
+    // The call's larger side, alike on every rank.
+    const std::uint64_t size = kind == ZeroStagingKind::broadcast || kind == ZeroStagingKind::reduce ||
+                                       kind == ZeroStagingKind::all_reduce
+                                   ? block
+                                   : block * nn;
+    if (size < policy_.zero_staging_min_bytes) return Status::ok;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     cudaGraph_t graph = nullptr;
     if (cudaStreamGetCaptureInfo(stream, &capture, nullptr, &graph, nullptr, nullptr, nullptr) != cudaSuccess) {
@@ -482,6 +504,7 @@ class SmExecutor final : public Executor {
     a.kind = kind;
     a.rank = xargs_.rank;
     a.nranks = n;
+    a.root = std::max(op.root, 0);
     a.ctas = std::clamp(policy_.zero_staging_ctas, 1, kZeroStagingMaxCtas);
     a.bytes = block;
     a.elem = size_of(op.type);
@@ -489,7 +512,8 @@ class SmExecutor final : public Executor {
     a.type = op.type;
     a.op = op.op;
     const std::uint64_t key = ((static_cast<std::uint64_t>(kind) << 56 | static_cast<std::uint64_t>(op.type) << 48 |
-                                (reduces ? static_cast<std::uint64_t>(op.op.kind) << 40 : 0)) ^
+                                (reduces ? static_cast<std::uint64_t>(op.op.kind) << 40 : 0) |
+                                static_cast<std::uint64_t>(a.root) << 32) ^
                                (block * 0x9e3779b97f4a7c15ull)) * 0xbf58476d1ce4e5b9ull;
     a.tag = key >> 48;
     a.guard = args_.guard;
@@ -499,10 +523,14 @@ class SmExecutor final : public Executor {
     for (int r = 0; r < n; ++r) a.words[r] = zs_words_[r];
     PeerBuffers::Mine mine;
     mine.key = key;
-    mine.in = op.in.front().ptr;
-    mine.in_bytes = in_total;
-    mine.out = op.out.front().ptr;
-    mine.out_bytes = out_total;
+    if (in_used) {
+      mine.in = op.in.front().ptr;
+      mine.in_bytes = in_total;
+    }
+    if (out_used) {
+      mine.out = op.out.front().ptr;
+      mine.out_bytes = out_total;
+    }
     mine.overlap_ok = kind != ZeroStagingKind::all_to_all;
     bool go = false;
     if (captured) PURLIN_TRY(peers_->share(mine, graph, &go, a.in, a.out));
@@ -516,10 +544,16 @@ class SmExecutor final : public Executor {
     last_channels_.store(a.ctas, std::memory_order_relaxed);
     *ran = true;
     // Calls that only copy go to the copy engines from the policy's bound on.
-    const std::uint64_t ce_from = kind == ZeroStagingKind::all_gather    ? policy_.ce_all_gather_min_bytes
-                                  : kind == ZeroStagingKind::all_to_all ? policy_.ce_all_to_all_min_bytes
-                                                                        : 0;
-    const bool ce = ce_from && std::max(in_total, out_total) >= ce_from;
+    std::uint64_t ce_from = 0;
+    switch (kind) {
+      case ZeroStagingKind::all_gather: ce_from = policy_.ce_all_gather_min_bytes; break;
+      case ZeroStagingKind::all_to_all: ce_from = policy_.ce_all_to_all_min_bytes; break;
+      case ZeroStagingKind::broadcast: ce_from = policy_.ce_broadcast_min_bytes; break;
+      case ZeroStagingKind::gather:
+      case ZeroStagingKind::scatter: ce_from = policy_.ce_gather_scatter_min_bytes; break;
+      default: break;
+    }
+    const bool ce = ce_from && size >= ce_from;
     last_ce_.store(ce, std::memory_order_relaxed);
     if (ce) PURLIN_TRY(run_ce_copies(a, stream));
     else PURLIN_TRY(cuda::check(launch_zero_staging(a, stream), "launching the zero-staging kernel"));

@@ -20,8 +20,16 @@ struct Side {
   std::uint64_t offset = 0;  // where the buffer starts in it
   std::uint64_t ptr = 0;     // the buffer in the owner's address space (peers of its process use it)
   std::uint8_t kind = 0;     // cuda::ShareKind
+  std::uint8_t unused = 0;   // the collective does not use this side of this rank: nothing to map
   cuda::IpcHandle ipc{};     // kind ipc
 };
+
+// Whether side s of an offer names an allocation of its own to map (not unused, and the output not
+// in the input's allocation).
+bool maps_side(const Side (&side)[2], int s) {
+  if (side[s].unused) return false;
+  return s == 0 || side[0].unused || side[1].id != side[0].id;
+}
 
 Status describe(const void* ptr, std::uint64_t bytes, Side* s) {
   cuda::BufferShare b;
@@ -155,11 +163,17 @@ Status PeerBuffers::describe_call(const Mine& mine, Offer* my) {
   my->pid = getpid();
   my->key = mine.key;
   my->mailbox = mailbox_->address();
-  PURLIN_TRY(describe(mine.in, mine.in_bytes, &my->side[0]));
-  PURLIN_TRY(describe(mine.out, mine.out_bytes, &my->side[1]));
+  const void* ptrs[2] = {mine.in, mine.out};
+  const std::uint64_t bytes[2] = {mine.in_bytes, mine.out_bytes};
+  bool ok = true;
+  for (int s = 0; s < 2; ++s) {
+    if (ptrs[s]) PURLIN_TRY(describe(ptrs[s], bytes[s], &my->side[s]));
+    else my->side[s].unused = 1;
+    ok = ok && (my->side[s].unused || my->side[s].id);
+  }
   const std::uint64_t in0 = my->side[0].ptr, out0 = my->side[1].ptr;
-  const bool overlap = in0 < out0 + mine.out_bytes && out0 < in0 + mine.in_bytes;
-  my->ok = my->side[0].id && my->side[1].id && (mine.overlap_ok || !overlap);
+  const bool overlap = mine.in && mine.out && in0 < out0 + mine.out_bytes && out0 < in0 + mine.in_bytes;
+  my->ok = ok && (mine.overlap_ok || !overlap);
   return Status::ok;
 }
 
@@ -170,7 +184,7 @@ std::vector<PeerBuffers::Key> PeerBuffers::call_keys(const std::vector<Offer>& a
   for (int p = 0; p < static_cast<int>(all.size()); ++p) {
     if (mapped_only && (p == me || all[p].pid == my.pid)) continue;
     for (int s = 0; s < 2; ++s)
-      if (s == 0 || all[p].side[1].id != all[p].side[0].id) keys.push_back(Key{p, all[p].side[s].id});
+      if (maps_side(all[p].side, s)) keys.push_back(Key{p, all[p].side[s].id});
   }
   return keys;
 }
@@ -187,8 +201,7 @@ Status PeerBuffers::map_peers(const std::vector<Offer>& all, const Offer& my, bo
     for (int s = 0; s < 2; ++s) {
       const Side& side = all[p].side[s];
       const Key key{p, side.id};
-      if (s == 1 && side.id == all[p].side[0].id) continue;  // one allocation for both
-      if (mapped_.count(key)) continue;
+      if (!maps_side(all[p].side, s) || mapped_.count(key)) continue;
       if (side.kind == static_cast<std::uint8_t>(cuda::ShareKind::ipc)) {
         Mapping m;
         if (cuda::ipc_import(side.ipc, &m.ipc) != Status::ok) {
@@ -260,8 +273,10 @@ void PeerBuffers::point(const std::vector<Offer>& all, const Offer& my, const ch
     for (int s = 0; s < 2; ++s) {
       const Side& side = all[p].side[s];
       char* at = reinterpret_cast<char*>(static_cast<std::uintptr_t>(side.ptr));
-      if (p != me && all[p].pid != my.pid) {
-        const int from = s == 1 && side.id == all[p].side[0].id ? 0 : s;
+      if (side.unused) {
+        at = nullptr;
+      } else if (p != me && all[p].pid != my.pid) {
+        const int from = maps_side(all[p].side, s) ? s : 0;
         at = mapped_.at(Key{p, all[p].side[from].id}).base + side.offset;
       }
       if (s == 0) in[p] = at;
@@ -358,7 +373,7 @@ Status PeerBuffers::share_eager(const Mine& mine, bool* go, const char** in, cha
     }
   }
   for (const Key& k : keys) {
-    const Side& side = all[k.first].side[all[k.first].side[0].id == k.second ? 0 : 1];
+    const Side& side = all[k.first].side[maps_side(all[k.first].side, 0) && all[k.first].side[0].id == k.second ? 0 : 1];
     agreed_[k] = Agreed{eager_calls_, side.base, side.bytes};
   }
   std::vector<Key> used = call_keys(all, my, true);

@@ -45,7 +45,9 @@ class PeerBuffers {
   PeerBuffers(const PeerBuffers&) = delete;
   PeerBuffers& operator=(const PeerBuffers&) = delete;
 
-  // This rank's side of one call: what every rank must agree on, and its buffers.
+  // This rank's side of one call: what every rank must agree on, and its buffers. A side the
+  // collective does not use on this rank (a rooted collective's away from the root) is null: it is
+  // not mapped, and the peers see it as null.
   struct Mine {
     std::uint64_t key = 0;       // the call (collective, size, type, operator)
     const char* in = nullptr;

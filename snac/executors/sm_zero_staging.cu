@@ -20,18 +20,7 @@ __global__ void __launch_bounds__(kZeroStagingThreads, 1) zero_staging_kernel(co
     call = *static_cast<volatile std::uint64_t*>(a.calls + c) + 1;
   }
   __syncthreads();
-  ZeroStagingCall z;
-  z.kind = a.kind;
-  z.rank = a.rank;
-  z.nranks = a.nranks;
-  z.bytes = a.bytes;
-  z.elem = a.elem;
-  z.align_elems = a.align_elems;
-  z.in = a.in;
-  z.out = a.out;
-  z.words = a.words;
-  z.call = call;
-  z.tag = a.tag;
+  const ZeroStagingCall z = zero_staging_view(a, call);
   const atom::SmWideAtom atom(a.type, a.op, a.guard, &words, a.one_gpu);
   Status s = Status::ok;
   switch (a.phase) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "atom/sm/sm_guard.h"
+#include "core/hd.h"
 #include "core/types.h"
 #include "snac/protocol/zero_staging.h"
 #include "snac/window.h"
@@ -21,6 +22,7 @@ struct ZeroStagingArgs {
   ZeroStagingKind kind = ZeroStagingKind::all_reduce;
   int rank = 0;
   int nranks = 1;
+  int root = 0;
   int ctas = 1;
   std::uint64_t bytes = 0, elem = 1, align_elems = 1;
   std::uint64_t tag = 0;
@@ -37,6 +39,24 @@ struct ZeroStagingArgs {
   char* out[kMaxRanks];
   std::uint64_t* words[kMaxRanks];
 };
+
+// The call as the protocol sees it, with call number `call`.
+PURLIN_HD ZeroStagingCall zero_staging_view(const ZeroStagingArgs& a, std::uint64_t call) {
+  ZeroStagingCall z;
+  z.kind = a.kind;
+  z.rank = a.rank;
+  z.nranks = a.nranks;
+  z.root = a.root;
+  z.bytes = a.bytes;
+  z.elem = a.elem;
+  z.align_elems = a.align_elems;
+  z.in = a.in;
+  z.out = a.out;
+  z.words = a.words;
+  z.call = call;
+  z.tag = a.tag;
+  return z;
+}
 
 // Launches a.ctas CTAs of kZeroStagingThreads on `stream`, in stream order (no early launch: every
 // peer's CTAs spin on this rank's, so the previous kernel must be gone).

@@ -3,6 +3,12 @@
 // read once and every output written once (AllReduce: the rank's shard of every input is folded in
 // rank order and the shard of the result written into every output).
 //
+// Rooted collectives split the work alike over all ranks: Broadcast as AllGather from the root's
+// input (rank k pushes shard k of it into every output), Reduce as AllReduce whose result goes to
+// the root only, Gather and Scatter as one copy per rank into or out of the root's buffer. A rank's
+// side that the collective does not use (a non-root's Broadcast input, Reduce output, Gather output
+// or Scatter input) is never touched and need not be mapped.
+//
 // Coordination is two barriers per call and CTA, both derived from the layouts: a rank may read a
 // peer's input and write its output only once the peer has entered the call (its stream has finished
 // writing the input and using the output: arrival), and may leave the call only once every peer has
@@ -24,7 +30,21 @@
 
 namespace purlin::snac {
 
-enum class ZeroStagingKind : std::uint8_t { all_reduce, all_gather, reduce_scatter, all_to_all };
+enum class ZeroStagingKind : std::uint8_t {
+  all_reduce,
+  all_gather,
+  reduce_scatter,
+  all_to_all,
+  broadcast,
+  reduce,
+  gather,
+  scatter,
+};
+
+// Whether a collective only copies (the copy engines can move its bytes: zero_staging_copies).
+PURLIN_HD constexpr bool zero_staging_copies_only(ZeroStagingKind k) {
+  return k != ZeroStagingKind::all_reduce && k != ZeroStagingKind::reduce_scatter && k != ZeroStagingKind::reduce;
+}
 
 // CTAs of one zero-staging call at most; each rank's barrier words are [kZeroStagingMaxCtas][kMaxRanks].
 inline constexpr int kZeroStagingMaxCtas = 64;
@@ -38,13 +58,15 @@ struct ZeroStagingCall {
   ZeroStagingKind kind = ZeroStagingKind::all_reduce;
   int rank = 0;
   int nranks = 1;
-  // AllReduce: the whole buffer, cut into nranks shards as coll::uniform_split cuts it (elements of
-  // `elem` bytes, shards aligned to `align_elems`); the others: one block (a rank's message).
+  int root = 0;  // Broadcast, Reduce, Gather, Scatter
+  // AllReduce, Broadcast and Reduce: the whole buffer, cut into nranks shards as coll::uniform_split
+  // cuts it (elements of `elem` bytes, shards aligned to `align_elems`); the others: one block (a
+  // rank's message).
   std::uint64_t bytes = 0;
   std::uint64_t elem = 1;
   std::uint64_t align_elems = 1;
-  const char* const* in = nullptr;      // [nranks]: every rank's input as mapped here
-  char* const* out = nullptr;           // [nranks]: every rank's output as mapped here
+  const char* const* in = nullptr;      // [nranks]: every rank's input as mapped here (unused: null)
+  char* const* out = nullptr;           // [nranks]: every rank's output as mapped here (unused: null)
   std::uint64_t* const* words = nullptr;  // [nranks]: every rank's barrier words as mapped here
   std::uint64_t call = 1;               // this CTA's call number, from 1
   std::uint64_t tag = 0;                // what every rank's call agrees on (atom/packet.h)
@@ -100,6 +122,63 @@ concept ZeroStagingFans = requires(const Atom& a, char* const* d, const char* co
   a.copy_fan(d, n, s[0], b);
 };
 
+// The copies of a call that only copies (zero_staging_copies_only), whole, as this rank makes them:
+// visit(dst, src, bytes) for each, the peers' outputs in turn from the next rank on and this rank's
+// own last, so that the ranks' copies spread over the destinations. A copy onto itself (in-place
+// buffers) is left out. The copy engines' executor moves these; the SM Atoms move the same bytes in
+// CTA shares (zero_staging_move).
+template <class Visit>
+PURLIN_HD void zero_staging_copies(const ZeroStagingCall& z, Visit&& visit) {
+  const int n = z.nranks, me = z.rank;
+  const std::uint64_t b = z.bytes, mine = static_cast<std::uint64_t>(me) * b;
+  const auto emit = [&](char* dst, const char* src, std::uint64_t bytes) {
+    if (bytes && dst != src) visit(dst, src, bytes);
+  };
+  switch (z.kind) {
+    case ZeroStagingKind::all_gather:
+      for (int k = 1; k <= n; ++k) emit(z.out[(me + k) % n] + mine, z.in[me], b);
+      return;
+    case ZeroStagingKind::all_to_all:
+      for (int k = 1; k <= n; ++k) {
+        const int p = (me + k) % n;
+        emit(z.out[p] + mine, z.in[me] + static_cast<std::uint64_t>(p) * b, b);
+      }
+      return;
+    case ZeroStagingKind::broadcast: {
+      std::uint64_t shard = 0, len = 0;
+      zero_staging_shard(z, me, &shard, &len);
+      for (int k = 1; k <= n; ++k) emit(z.out[(me + k) % n] + shard, z.in[z.root] + shard, len);
+      return;
+    }
+    case ZeroStagingKind::gather: emit(z.out[z.root] + mine, z.in[me], b); return;
+    case ZeroStagingKind::scatter: emit(z.out[me], z.in[z.root] + mine, b); return;
+    default: return;
+  }
+}
+
+// Stores `len` bytes from src into every rank's output at offset `at` (AllGather's share of this
+// rank's input, Broadcast's of the root's), this rank's own output first, then the peers in turn; a
+// destination that is src itself (in place) is left out.
+template <class Atom>
+PURLIN_HD void zero_staging_push(const Atom& atom, const ZeroStagingCall& z, const char* src, std::uint64_t at,
+                                 std::uint64_t len) {
+  char* dsts[kMaxRanks];
+  int m = 0;
+  for (int k = 0; k < z.nranks; ++k) {
+    char* d = z.out[(z.rank + k) % z.nranks] + at;
+    if (d != src) dsts[m++] = d;
+  }
+  if (!len || !m) return;
+  if constexpr (ZeroStagingFans<Atom>) {
+    atom.copy_fan(dsts, m, src, len);
+  } else {
+    for (std::uint64_t done = 0; done < len; done += kZeroStagingStep) {
+      const std::uint64_t step = len - done < kZeroStagingStep ? len - done : kZeroStagingStep;
+      for (int k = 0; k < m; ++k) atom.copy(dsts[k] + done, src + done, step);
+    }
+  }
+}
+
 // The work of CTA c of `ctas` between the barriers. Destinations go in the order this rank's own
 // first, then the peers in turn, so that the ranks' stores spread over the peers.
 template <class Atom>
@@ -131,16 +210,7 @@ PURLIN_HD void zero_staging_move(const Atom& atom, const ZeroStagingCall& z, int
     case ZeroStagingKind::all_gather: {
       std::uint64_t off = 0, len = 0;
       zero_staging_share(b, c, ctas, &off, &len);
-      const std::uint64_t block = static_cast<std::uint64_t>(me) * b;
-      if constexpr (ZeroStagingFans<Atom>) {
-        for (int k = 0; k < n; ++k) dsts[k] = z.out[(me + k) % n] + block + off;
-        if (len) atom.copy_fan(dsts, n, z.in[me] + off, len);
-      } else {
-        for (std::uint64_t done = 0; done < len; done += kZeroStagingStep) {
-          const std::uint64_t at = off + done, step = len - done < kZeroStagingStep ? len - done : kZeroStagingStep;
-          for (int k = 0; k < n; ++k) atom.copy(z.out[(me + k) % n] + block + at, z.in[me] + at, step);
-        }
-      }
+      zero_staging_push(atom, z, z.in[me] + off, static_cast<std::uint64_t>(me) * b + off, len);
       return;
     }
     case ZeroStagingKind::reduce_scatter: {
@@ -159,6 +229,31 @@ PURLIN_HD void zero_staging_move(const Atom& atom, const ZeroStagingCall& z, int
         const int p = (me + k) % n;
         if (len) atom.copy(z.out[p] + block + off, z.in[me] + static_cast<std::uint64_t>(p) * b + off, len);
       }
+      return;
+    }
+    case ZeroStagingKind::broadcast: {
+      std::uint64_t shard = 0, shard_len = 0, off = 0, len = 0;
+      zero_staging_shard(z, me, &shard, &shard_len);
+      zero_staging_share(shard_len, c, ctas, &off, &len);
+      zero_staging_push(atom, z, z.in[z.root] + shard + off, shard + off, len);
+      return;
+    }
+    case ZeroStagingKind::reduce: {
+      std::uint64_t shard = 0, shard_len = 0, off = 0, len = 0;
+      zero_staging_shard(z, me, &shard, &shard_len);
+      zero_staging_share(shard_len, c, ctas, &off, &len);
+      for (int p = 0; p < n; ++p) srcs[p] = z.in[p] + shard + off;
+      if (len) atom.reduce(z.out[z.root] + shard + off, srcs, n, len);
+      return;
+    }
+    case ZeroStagingKind::gather:
+    case ZeroStagingKind::scatter: {
+      std::uint64_t off = 0, len = 0;
+      zero_staging_share(b, c, ctas, &off, &len);
+      const std::uint64_t block = static_cast<std::uint64_t>(me) * b + off;
+      char* dst = z.kind == ZeroStagingKind::gather ? z.out[z.root] + block : z.out[me] + off;
+      const char* src = z.kind == ZeroStagingKind::gather ? z.in[me] + off : z.in[z.root] + block;
+      if (len && dst != src) atom.copy(dst, src, len);
       return;
     }
   }

@@ -80,6 +80,11 @@ PolicyEntry env_entry(const Config& c) {
 }
 
 // Whether entry `e` sets any key.
+// A copy-engine bound as the policy's log line says it.
+std::string ce_bound(std::uint64_t from) {
+  return from ? fmt::format("from {} B", from) : std::string("never (the SM path measured faster)");
+}
+
 bool sets_anything(const PolicyEntry& e) {
   return e.staging_bytes >= 0 || e.chunk_bytes >= 0 || e.latency_max_bytes >= 0 || e.channel_bytes >= 0 ||
          e.direct_max_bytes >= 0 || e.exchange_direct_max_bytes >= 0 || e.broadcast_direct_max_bytes >= 0 ||
@@ -217,16 +222,14 @@ Policy policy_for(const PolicyRecipe& recipe, const Regime& r) {
             "{} channels (one per {} B of a call; {} CTAs fit an SM), AllReduce and Reduce direct up to {} B "
             "(AllReduce in the latency exchange up to {} B), Broadcast direct up to {} B, latency exchange up to {} B "
             "({} B per channel, at most {} channels, {} ns between empty polls), zero-staging of captured{} calls from {} B "
-            "with {} CTAs; copy engines for AllGather {}, for AlltoAll {}",
+            "with {} CTAs; copy engines for AllGather {}, for AlltoAll {}, for Broadcast {}, for Gather and Scatter {}",
             p.name, r.nranks, r.sharing, p.staging_half, p.chunk_bytes, p.slots, p.latency_max_bytes, p.workers,
             p.channel_bytes, r.ctas_per_sm, p.direct_max_bytes, p.exchange_direct_max_bytes,
             p.broadcast_direct_max_bytes, p.exchange_max_bytes,
             p.exchange_channel_bytes, p.exchange_channels, p.exchange_poll_ns,
             p.zero_staging_eager ? " and eager" : "", p.zero_staging_min_bytes, p.zero_staging_ctas,
-            p.ce_all_gather_min_bytes ? fmt::format("from {} B", p.ce_all_gather_min_bytes)
-                                      : std::string("never (the SM path measured faster)"),
-            p.ce_all_to_all_min_bytes ? fmt::format("from {} B", p.ce_all_to_all_min_bytes)
-                                      : std::string("never (the SM path measured faster)"));
+            ce_bound(p.ce_all_gather_min_bytes), ce_bound(p.ce_all_to_all_min_bytes),
+            ce_bound(p.ce_broadcast_min_bytes), ce_bound(p.ce_gather_scatter_min_bytes));
   return p;
 }
 

@@ -53,9 +53,11 @@ struct Policy {
   int zero_staging_ctas = 0;
   bool zero_staging_eager = false;
   // Zero-staged calls that only copy whose larger side is at least this size move their bytes on the
-  // copy engines instead of SMs (0: never): AllGather, AlltoAll.
+  // copy engines instead of SMs (0: never): AllGather, AlltoAll, Broadcast, Gather and Scatter.
   std::uint64_t ce_all_gather_min_bytes = 0;
   std::uint64_t ce_all_to_all_min_bytes = 0;
+  std::uint64_t ce_broadcast_min_bytes = 0;
+  std::uint64_t ce_gather_scatter_min_bytes = 0;
   double sim_us_per_op = 0;            // ncclGroupSimulateEnd's cost model: fixed cost per op
   double sim_gbps = 0;                 // and bytes (read + written) per second
 };

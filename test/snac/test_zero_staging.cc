@@ -1,9 +1,11 @@
 // Zero-staging's protocol (snac/protocol/zero_staging.h) on the host Atom: every rank a thread of
 // this process with its buffers on the heap (so every rank can reach every other's, as the GPU
 // datapath maps them), every CTA a thread of its rank. Ranks run a sequence of calls back to back
-// with no barrier between them: collectives, sizes (odd byte counts and a tail shorter than a share
-// included), CTA counts and in-place buffers change from call to call, and every output is compared
-// with a reference computed here from the inputs, element by element in rank order.
+// with no barrier between them: collectives (rooted ones at changing roots, their unused sides
+// null), sizes (odd byte counts and a tail shorter than a share included), CTA counts, in-place
+// buffers and the way bytes move (shares, fans, or the copy engines' whole copies) change from call
+// to call, and every output is compared with a reference computed here from the inputs, element by
+// element in rank order.
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -26,14 +28,20 @@ using namespace purlin::snac;
 using u64 = std::uint64_t;
 using Kind = ZeroStagingKind;
 
+// How a case moves its bytes: the host Atom a share at a time, FanAtom whole shares into several
+// destinations at once, or (collectives that only copy) one thread per rank making the protocol's
+// whole copies between the barriers, as the copy engines do.
+enum class Mode { plain, fans, copies };
+
 struct Case {
   Kind kind;
   DataType type;
   RedOpKind op;
-  u64 count;  // AllReduce: elements of the buffer; others: of one block
+  u64 count;  // AllReduce, Broadcast, Reduce: elements of the buffer; others: of one block
   int ctas;
   bool in_place;
-  bool fans;  // run on FanAtom: whole shares into several destinations at once
+  Mode mode;
+  int root;
 };
 
 // The host Atom with the fans of an Atom that stores a share into every destination in one pass
@@ -89,56 +97,81 @@ T fold(RedOpKind op, const std::vector<std::vector<char>>& in, u64 offset_elems,
   return acc;
 }
 
+// One rank's buffers of a case: which sides the collective uses there, their sizes, and where the
+// input lies in the output (or the output in the input) when the rank runs in place.
+struct Sides {
+  bool in_used = true, out_used = true;
+  u64 in_bytes = 0, out_bytes = 0;
+  bool can_in_place = false;
+  bool in_inside_out = true;  // in place: the input is part of the output (else the output of the input)
+  u64 at = 0;                 // ... at this offset
+};
+
+Sides sides_of(Kind k, u64 b, int n, int r, int root) {
+  const u64 nb = b * static_cast<u64>(n), rb = static_cast<u64>(r) * b;
+  Sides s;
+  switch (k) {
+    case Kind::all_reduce: s = Sides{true, true, b, b, true, true, 0}; break;
+    case Kind::all_gather: s = Sides{true, true, b, nb, true, true, rb}; break;
+    case Kind::reduce_scatter: s = Sides{true, true, nb, b, true, false, rb}; break;
+    case Kind::all_to_all: s = Sides{true, true, nb, nb, false, true, 0}; break;
+    case Kind::broadcast: s = Sides{r == root, true, b, b, r == root, true, 0}; break;
+    case Kind::reduce: s = Sides{true, r == root, b, b, r == root, true, 0}; break;
+    case Kind::gather: s = Sides{true, r == root, b, nb, r == root, true, rb}; break;
+    case Kind::scatter: s = Sides{r == root, true, nb, b, r == root, false, rb}; break;
+  }
+  return s;
+}
+
 template <class T>
 void run_case(const Case& cs, int n, std::vector<std::vector<u64>>& words, std::vector<std::vector<u64>>& calls,
               std::mt19937_64& rng) {
   const u64 elem = sizeof(T), b = cs.count * elem;
-  u64 in_bytes = 0, out_bytes = 0;
-  switch (cs.kind) {
-    case Kind::all_reduce: in_bytes = out_bytes = b; break;
-    case Kind::all_gather: in_bytes = b, out_bytes = b * n; break;
-    case Kind::reduce_scatter: in_bytes = b * n, out_bytes = b; break;
-    case Kind::all_to_all: in_bytes = out_bytes = b * n; break;
-  }
-  std::vector<std::vector<char>> in(n), out(n), before(n);
-  for (int r = 0; r < n; ++r) {
-    out[r].assign(out_bytes, static_cast<char>(0x5a));  // poisoned
-    if (cs.in_place) {
-      // AllReduce: the same buffer; AllGather: this rank's block of the output; ReduceScatter: the
-      // output is this rank's block of the input.
-      if (cs.kind == Kind::reduce_scatter) out[r].assign(in_bytes, 0);
-      fill<T>(out[r], rng);
-      before[r] = out[r];
-    } else {
-      in[r].assign(in_bytes, 0);
-      fill<T>(in[r], rng);
-      before[r] = in[r];
-    }
-  }
-  std::vector<const char*> ins(n);
-  std::vector<char*> outs(n), fold_outs(n);
+  std::vector<std::vector<char>> own_in(n), own_out(n), before(n);
+  std::vector<const char*> ins(n, nullptr);
+  std::vector<char*> outs(n, nullptr);
   std::vector<u64*> word_ptrs(n);
   for (int r = 0; r < n; ++r) {
-    const u64 rb = static_cast<u64>(r) * b;
-    if (!cs.in_place) ins[r] = in[r].data();
-    else if (cs.kind == Kind::all_gather) ins[r] = out[r].data() + rb;
-    else ins[r] = out[r].data();
-    outs[r] = cs.kind == Kind::reduce_scatter && cs.in_place ? out[r].data() + rb : out[r].data();
+    const Sides sd = sides_of(cs.kind, b, n, r, cs.root);
+    if (cs.in_place && sd.can_in_place) {
+      // One buffer holds both sides: random, the input part of it as it was kept for the reference.
+      std::vector<char>& whole = sd.in_inside_out ? own_out[r] : own_in[r];
+      whole.assign(sd.in_inside_out ? sd.out_bytes : sd.in_bytes, 0);
+      fill<T>(whole, rng);
+      if (sd.in_inside_out) {
+        outs[r] = whole.data();
+        ins[r] = whole.data() + sd.at;
+      } else {
+        ins[r] = whole.data();
+        outs[r] = whole.data() + sd.at;
+      }
+    } else {
+      if (sd.in_used) {
+        own_in[r].assign(sd.in_bytes, 0);
+        fill<T>(own_in[r], rng);
+        ins[r] = own_in[r].data();
+      }
+      if (sd.out_used) {
+        own_out[r].assign(sd.out_bytes, static_cast<char>(0x5a));  // poisoned
+        outs[r] = own_out[r].data();
+      }
+    }
+    if (sd.in_used) before[r].assign(ins[r], ins[r] + sd.in_bytes);
     word_ptrs[r] = words[r].data();
   }
-  if (cs.in_place && cs.kind == Kind::all_gather)
-    for (int r = 0; r < n; ++r) before[r].assign(out[r].begin() + r * b, out[r].begin() + (r + 1) * b);
 
   std::atomic<bool> abort{false};
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
+  const int ctas = cs.mode == Mode::copies ? 1 : cs.ctas;
   for (int r = 0; r < n; ++r) {
-    for (int c = 0; c < cs.ctas; ++c) {
+    for (int c = 0; c < ctas; ++c) {
       threads.emplace_back([&, r, c] {
         ZeroStagingCall z;
         z.kind = cs.kind;
         z.rank = r;
         z.nranks = n;
+        z.root = cs.root;
         z.bytes = b;
         z.elem = elem;
         z.align_elems = coll::shard_align_elems(elem);
@@ -151,8 +184,19 @@ void run_case(const Case& cs, int n, std::vector<std::vector<u64>>& words, std::
         op.kind = cs.op;
         op.nranks = n;
         const atom::WaitGuard guard{&abort, nullptr, 30.0, nullptr};
-        const Status s = cs.fans ? zero_staging_call(FanAtom(cs.type, op, guard), z, c, cs.ctas)
-                                 : zero_staging_call(atom::HostAtom(cs.type, op, guard), z, c, cs.ctas);
+        Status s = Status::ok;
+        switch (cs.mode) {
+          case Mode::plain: s = zero_staging_call(atom::HostAtom(cs.type, op, guard), z, c, ctas); break;
+          case Mode::fans: s = zero_staging_call(FanAtom(cs.type, op, guard), z, c, ctas); break;
+          case Mode::copies: {
+            const atom::HostAtom atom(cs.type, op, guard);
+            s = zero_staging_barrier(atom, z, c, 2 * z.call - 1);
+            if (s == Status::ok)
+              zero_staging_copies(z, [](char* dst, const char* src, u64 bytes) { std::memcpy(dst, src, bytes); });
+            if (s == Status::ok) s = zero_staging_barrier(atom, z, c, 2 * z.call);
+            break;
+          }
+        }
         if (s != Status::ok) failures.fetch_add(1);
       });
     }
@@ -162,40 +206,37 @@ void run_case(const Case& cs, int n, std::vector<std::vector<u64>>& words, std::
 
   // The reference, from the inputs as they were.
   for (int r = 0; r < n; ++r) {
+    if (!outs[r]) continue;
     const char* got = outs[r];
+    const u64 rb = static_cast<u64>(r) * b;
     bool same = true;
     u64 bad = 0;
+    const auto folds = [&](u64 offset_elems) {
+      for (u64 i = 0; i < cs.count && same; ++i) {
+        const T want = fold<T>(cs.op, before, offset_elems, i);
+        same = std::memcmp(&want, got + i * elem, elem) == 0;
+        bad = i;
+      }
+    };
+    const auto blocks = [&](auto&& source) {
+      for (int p = 0; p < n && same; ++p) {
+        same = std::memcmp(got + p * b, source(p), b) == 0;
+        bad = static_cast<u64>(p);
+      }
+    };
     switch (cs.kind) {
       case Kind::all_reduce:
-        for (u64 i = 0; i < cs.count && same; ++i) {
-          const T want = fold<T>(cs.op, before, 0, i);
-          same = std::memcmp(&want, got + i * elem, elem) == 0;
-          bad = i;
-        }
-        break;
-      case Kind::reduce_scatter:
-        for (u64 i = 0; i < cs.count && same; ++i) {
-          const T want = fold<T>(cs.op, before, static_cast<u64>(r) * cs.count, i);
-          same = std::memcmp(&want, got + i * elem, elem) == 0;
-          bad = i;
-        }
-        break;
+      case Kind::reduce: folds(0); break;
+      case Kind::reduce_scatter: folds(static_cast<u64>(r) * cs.count); break;
       case Kind::all_gather:
-        for (int p = 0; p < n && same; ++p) {
-          same = std::memcmp(got + p * b, before[p].data(), b) == 0;
-          bad = static_cast<u64>(p);
-        }
-        break;
-      case Kind::all_to_all:
-        for (int p = 0; p < n && same; ++p) {
-          same = std::memcmp(got + p * b, before[p].data() + r * b, b) == 0;
-          bad = static_cast<u64>(p);
-        }
-        break;
+      case Kind::gather: blocks([&](int p) { return before[p].data(); }); break;
+      case Kind::all_to_all: blocks([&](int p) { return before[p].data() + rb; }); break;
+      case Kind::broadcast: same = std::memcmp(got, before[cs.root].data(), b) == 0; break;
+      case Kind::scatter: same = std::memcmp(got, before[cs.root].data() + rb, b) == 0; break;
     }
     INFO("kind " << static_cast<int>(cs.kind) << " type " << static_cast<int>(cs.type) << " count " << cs.count
-                 << " ctas " << cs.ctas << " in place " << cs.in_place << " fans " << cs.fans << " rank " << r
-                 << " at " << bad);
+                 << " ctas " << ctas << " in place " << cs.in_place << " mode " << static_cast<int>(cs.mode)
+                 << " root " << cs.root << " rank " << r << " at " << bad);
     REQUIRE(same);
   }
 }
@@ -218,7 +259,8 @@ TEST_CASE("zero-staging calls in sequence give every collective's output", "[zer
     std::mt19937_64 rng(0x5eed + n);
     std::vector<std::vector<u64>> words(n, std::vector<u64>(kZeroStagingWords, 0));
     std::vector<std::vector<u64>> calls(n, std::vector<u64>(kZeroStagingMaxCtas, 0));
-    const Kind kinds[] = {Kind::all_reduce, Kind::all_gather, Kind::reduce_scatter, Kind::all_to_all};
+    const Kind kinds[] = {Kind::all_reduce, Kind::all_gather, Kind::reduce_scatter, Kind::all_to_all,
+                          Kind::broadcast,  Kind::reduce,     Kind::gather,         Kind::scatter};
     const DataType types[] = {DataType::f32, DataType::int32, DataType::uint8, DataType::f64};
     const RedOpKind ops[] = {RedOpKind::sum, RedOpKind::max, RedOpKind::min};
     // Counts around the CTAs' shares and the Atom's steps: empty shares, odd tails, several steps.
@@ -229,10 +271,12 @@ TEST_CASE("zero-staging calls in sequence give every collective's output", "[zer
         const DataType t = types[i % 4];
         const RedOpKind op = t == DataType::uint8 || t == DataType::int32 ? RedOpKind::sum : ops[i % 3];
         const int ctas = 1 + (i * 5) % 7;
-        const bool in_place = (i % 3 == 1) && k != Kind::all_to_all;
-        // Calls of the plain and the fanning Atom alternate, in both orders, over the same words.
-        const bool fans = (i / 4) % 2 == 0;
-        run(Case{k, t, op, count, ctas, in_place, fans}, n, words, calls, rng);
+        const bool in_place = i % 3 == 1;
+        // The modes take turns over the same words; the copies' only for collectives that only copy.
+        Mode mode = (i / 4) % 2 == 0 ? Mode::fans : Mode::plain;
+        if (zero_staging_copies_only(k) && i % 3 == 2) mode = Mode::copies;
+        const int root = (i * 3) % n;
+        run(Case{k, t, op, count, ctas, in_place, mode, root}, n, words, calls, rng);
         ++i;
       }
     }

@@ -13,11 +13,17 @@
 
 namespace purlin::atom {
 
+// The largest piece one cudaMemcpyAsync moves. With 2 ranks on one H200, copies of 512 MiB ran at
+// 0.64 of the copy roofline where copies of up to 256 MiB reached 0.93-0.98
+// (perf/results/2026-12-04-h200-rooted-zero-staging/).
+inline constexpr std::uint64_t kCePieceBytes = 128ull << 20;
+
 class CeAtom {
  public:
   explicit CeAtom(cudaStream_t stream) : stream_(stream) {}
 
-  // Copies `bytes` from src to dst after the stream's earlier work (nothing where dst is src).
+  // Copies `bytes` from src to dst after the stream's earlier work, in pieces of at most
+  // kCePieceBytes (nothing where dst is src).
   Status copy(char* dst, const char* src, std::uint64_t bytes) const;
 
  private:

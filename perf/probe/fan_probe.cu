@@ -8,7 +8,7 @@
 //   fan1k   fan with 1,024 threads per CTA and 4 loads in flight.
 //   fancsld fancs with streaming loads too.
 //   fancs1k fancs with 1,024 threads per CTA and 4 loads in flight.
-//   fancs16 fancs with 16 loads in flight.
+//   fancsdyn fancs whose CTAs claim 256 KiB chunks of their rank's input as they go (no static shares).
 //   fancsw  fancs with each warp's vectors contiguous (a warp stores 32 x 8 vectors in a row).
 //   step    per 64 KiB step, one copy to each output in turn (the input read again from L2).
 //   tma     the bulk-copy engine of each multiprocessor: one thread loads chunks into shared memory
@@ -50,7 +50,13 @@ struct Fan {
   int ranks = 1;
   int ctas = 1;
   std::uint64_t vecs = 0;  // each rank's input in 16-byte vectors
+  // fancsdyn: each rank's claim counter, and what it stood at when this launch began.
+  unsigned long long* claims = nullptr;
+  unsigned long long base = 0;
 };
+
+// fancsdyn: a rank's chunks (kDynVecs vectors each) go to whichever of its CTAs asks next.
+constexpr std::uint64_t kDynVecs = (256u << 10) / 16;
 
 __device__ __forceinline__ void share(const Fan& f, std::uint64_t* first, std::uint64_t* count) {
   const int c = blockIdx.x % f.ctas;
@@ -90,6 +96,40 @@ __global__ void fan_kernel(const Fan f) {
   for (std::uint64_t i = base + tid; i < count; i += stride) {
     const uint4 v = src[i];
     for (int k = 0; k < f.ranks; ++k) dst[k][i] = v;
+  }
+}
+
+__global__ void dyn_kernel(const Fan f) {
+  constexpr int U = 8;
+  __shared__ unsigned long long claim;
+  const int me = blockIdx.x / f.ctas;
+  const std::uint64_t chunks = (f.vecs + kDynVecs - 1) / kDynVecs;
+  const uint4* in = f.in[me];
+  uint4* dst[kMaxRanks];
+  for (int k = 0; k < f.ranks; ++k) dst[k] = f.out[(me + k) % f.ranks] + static_cast<std::uint64_t>(me) * f.vecs;
+  const std::uint64_t tid = threadIdx.x, stride = blockDim.x, step = stride * U;
+  for (;;) {
+    __syncthreads();
+    if (threadIdx.x == 0) claim = atomicAdd(&f.claims[me], 1ull) - f.base;
+    __syncthreads();
+    const std::uint64_t c = claim;
+    if (c >= chunks) return;
+    const std::uint64_t first = c * kDynVecs, count = f.vecs - first < kDynVecs ? f.vecs - first : kDynVecs;
+    std::uint64_t base = 0;
+    for (; base + step <= count; base += step) {
+      uint4 w[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) w[u] = in[first + base + u * stride + tid];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int k = 0; k < kMaxRanks; ++k)
+          if (k < f.ranks) __stcs(&dst[k][first + base + u * stride + tid], w[u]);
+    }
+    for (std::uint64_t i = base + tid; i < count; i += stride) {
+      const uint4 v = in[first + i];
+      for (int k = 0; k < f.ranks; ++k) dst[k][first + i] = v;
+    }
   }
 }
 
@@ -247,6 +287,8 @@ int main(int argc, char** argv) {
       f.in[r] = static_cast<const uint4*>(ins[r]);
       f.out[r] = static_cast<uint4*>(outs[r]);
     }
+    CHECK(cudaMalloc(&f.claims, kMaxRanks * sizeof(unsigned long long)));
+    CHECK(cudaMemset(f.claims, 0, kMaxRanks * sizeof(unsigned long long)));
     cudaEvent_t t0, t1;
     CHECK(cudaEventCreate(&t0));
     CHECK(cudaEventCreate(&t1));
@@ -263,7 +305,11 @@ int main(int argc, char** argv) {
         else if (shape == "step") step_kernel<<<grid, 512>>>(f);
         else if (shape == "fancsld") fan_kernel<8, true, true><<<grid, 512>>>(f);
         else if (shape == "fancs1k") fan_kernel<4, true><<<grid, 1024>>>(f);
-        else if (shape == "fancs16") fan_kernel<16, true><<<grid, 512>>>(f);
+        else if (shape == "fancsdyn") {
+          dyn_kernel<<<grid, 512>>>(f);
+          // Every CTA claims once past the last chunk.
+          f.base += (f.vecs + kDynVecs - 1) / kDynVecs + static_cast<unsigned long long>(ctas);
+        }
         else if (shape == "fancsw") fan_kernel<8, true, false, true><<<grid, 512>>>(f);
         else if (shape == "tma") tma_kernel<false><<<grid, 32, kStages * kChunk>>>(f);
         else if (shape == "tmaef") tma_kernel<true><<<grid, 32, kStages * kChunk>>>(f);
@@ -310,6 +356,7 @@ int main(int argc, char** argv) {
       CHECK(cudaFree(outs[r]));
     }
     CHECK(cudaFree(scratch));
+    CHECK(cudaFree(f.claims));
   }
   return 0;
 }

@@ -56,9 +56,10 @@ constexpr std::uint64_t kExchangeCallBytes = 1ull << 20;
 constexpr std::uint64_t kZeroStagingMinBytes = kExchangeCallBytes;
 // Zero-staging CTAs of all ranks sharing a GPU together: about one per multiprocessor of an H200.
 constexpr int kZeroStagingCtas = 128;
-// AlltoAll on the copy engines from these sizes where 8, or 4 to 7, ranks share a GPU (derive()).
-constexpr std::uint64_t kCeAllToAllMinBytes8 = 256ull << 20;
-constexpr std::uint64_t kCeAllToAllMinBytes4 = 64ull << 20;
+// AlltoAll, Gather and Scatter on the copy engines from these sizes where 8 or more, or 2 to 7,
+// ranks share a GPU (derive()).
+constexpr std::uint64_t kCeCopyMinBytes8 = 256ull << 20;
+constexpr std::uint64_t kCeCopyMinBytes2 = 64ull << 20;
 
 // A channel per 4 KiB of a call: of 4, 8 and 16 KiB it was the fastest or level at every size from
 // 1 to 256 KiB and every collective on one H200 (2 and 8 ranks) and on two (one rank each), e.g.
@@ -130,15 +131,20 @@ void derive(const Regime& r, int wanted, Policy* p) {
   // The copy engines where they measured within 5% of the SM path or faster, graph and eager, on
   // one H200 shared by the ranks (perf/results/2026-12-04-h200-copy-engine/): AlltoAll with 8 ranks
   // from 256 MiB (1 GiB: 4.03 ms against 4.31, graph; at 64 MiB eager 6% slower), with 4 from
-  // 64 MiB (1 GiB: 2.03 against 2.17; 64 MiB eager 3% slower). Not AllGather: the engines read the
-  // input once per destination where the SM path reads it once for all (0.55 of the copy roofline
-  // against 0.86 with 8 ranks). With 2 ranks the engines were faster at 64 and 256 MiB but 1.44x
-  // slower at 1 GiB: SMs.
+  // 64 MiB (1 GiB: 2.03 against 2.17; 64 MiB eager 3% slower). Gather and Scatter alike
+  // (perf/results/2026-12-04-h200-rooted-zero-staging/, graph): with 8 ranks 1 GiB 0.52 ms against
+  // 0.56, 64 MiB 5% slower; with 4 ranks 1 GiB 0.51 against 0.55, 64 MiB 1.5% slower. With 2 ranks
+  // (copies in pieces of at most atom::kCePieceBytes) from 64 MiB too: AlltoAll 1 GiB 1.01 ms against
+  // 1.09, Gather 0.51 against 0.55, at 64 MiB within 1% or faster, at 16 MiB 13-18% slower. Not
+  // AllGather or Broadcast: the engines read the input once per destination where the SM path reads
+  // it once for all (0.55-0.56 of the copy roofline against 0.86 with 8 ranks). Ranks each on a GPU
+  // of their own: not measured, SMs.
   if (c.ce_min_bytes) {
     p->ce_all_gather_min_bytes = p->ce_all_to_all_min_bytes = p->ce_broadcast_min_bytes =
         p->ce_gather_scatter_min_bytes = c.ce_min_bytes;
   } else if (!c.ce_disabled) {
-    p->ce_all_to_all_min_bytes = sharing >= 8 ? kCeAllToAllMinBytes8 : sharing >= 4 ? kCeAllToAllMinBytes4 : 0;
+    p->ce_all_to_all_min_bytes = p->ce_gather_scatter_min_bytes =
+        sharing >= 8 ? kCeCopyMinBytes8 : sharing >= 2 ? kCeCopyMinBytes2 : 0;
   }
   if (!p->zero_staging_min_bytes)
     p->ce_all_gather_min_bytes = p->ce_all_to_all_min_bytes = p->ce_broadcast_min_bytes =

@@ -99,20 +99,24 @@ TEST_CASE("zero-staging's CTAs of every rank sharing the GPU fit it at once", "[
   CHECK(policy_for(sm_policy_recipe(), Regime{1, 1, 132, 2, 90}).zero_staging_min_bytes == 0);  // one rank: nothing to share
 }
 
-TEST_CASE("the copy engines move AlltoAll where measured faster, never AllGather", "[policy]") {
-  // 8 ranks on one GPU: AlltoAll from 256 MiB, 4 ranks: from 64 MiB; AllGather never (it reads its
-  // input per destination), nor Broadcast, Gather and Scatter.
+TEST_CASE("the copy engines move AlltoAll, Gather and Scatter where measured faster", "[policy]") {
+  // 8 ranks on one GPU: from 256 MiB, 2 to 7 ranks: from 64 MiB; AllGather and Broadcast never
+  // (they read their input per destination).
   const auto eight = policy_for(sm_policy_recipe(), Regime{8, 8, 132, 2, 90});
   CHECK(eight.ce_all_to_all_min_bytes == (256u << 20));
+  CHECK(eight.ce_gather_scatter_min_bytes == (256u << 20));
   const auto four = policy_for(sm_policy_recipe(), Regime{4, 4, 132, 2, 90});
   CHECK(four.ce_all_to_all_min_bytes == (64u << 20));
-  for (const auto& p : {eight, four}) {
+  CHECK(four.ce_gather_scatter_min_bytes == (64u << 20));
+  const auto two = policy_for(sm_policy_recipe(), Regime{2, 2, 132, 2, 90});
+  CHECK(two.ce_all_to_all_min_bytes == (64u << 20));
+  CHECK(two.ce_gather_scatter_min_bytes == (64u << 20));
+  for (const auto& p : {eight, four, two}) {
     CHECK(p.ce_all_gather_min_bytes == 0);
     CHECK(p.ce_broadcast_min_bytes == 0);
-    CHECK(p.ce_gather_scatter_min_bytes == 0);
   }
-  // Fewer ranks sharing a GPU, or one rank: the SM path.
-  for (const Regime& r : {Regime{2, 2, 132, 2, 90}, Regime{8, 1, 132, 2, 90}, Regime{1, 1, 132, 2, 90}}) {
+  // Ranks each on a GPU of their own, or one rank: the SM path.
+  for (const Regime& r : {Regime{8, 1, 132, 2, 90}, Regime{1, 1, 132, 2, 90}}) {
     const auto p = policy_for(sm_policy_recipe(), r);
     CHECK(p.ce_all_to_all_min_bytes == 0);
     CHECK(p.ce_all_gather_min_bytes == 0);

@@ -555,6 +555,8 @@ class SmExecutor final : public Executor {
     }
     const bool ce = ce_from && size >= ce_from;
     last_ce_.store(ce, std::memory_order_relaxed);
+    log::info(log::kColl, "zero-staging: rank {} {} of {} B {} in place, {}", xargs_.rank, name_of(op.kind), size,
+              captured ? "captured" : "eager", ce ? std::string("on the copy engines") : fmt::format("{} CTAs", a.ctas));
     if (ce) PURLIN_TRY(run_ce_copies(a, stream));
     else PURLIN_TRY(cuda::check(launch_zero_staging(a, stream), "launching the zero-staging kernel"));
     return captured ? Status::ok : peers_->launched(stream);

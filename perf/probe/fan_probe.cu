@@ -31,16 +31,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "perf/probe/probe_util.h"
 
-#define CHECK(x)                                                                                 \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                              \
-    }                                                                                            \
-  } while (0)
+namespace {
 
 constexpr int kMaxRanks = 8;
 
@@ -219,27 +212,6 @@ __global__ void tma_kernel(const Fan f) {
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
-std::uint64_t parse_size(const std::string& s) {
-  char* end = nullptr;
-  std::uint64_t v = std::strtoull(s.c_str(), &end, 10);
-  if (*end == 'K') v <<= 10;
-  if (*end == 'M') v <<= 20;
-  if (*end == 'G') v <<= 30;
-  return v;
-}
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::size_t a = 0;
-  while (a <= s.size()) {
-    const std::size_t b = s.find(',', a);
-    out.push_back(s.substr(a, b == std::string::npos ? std::string::npos : b - a));
-    if (b == std::string::npos) break;
-    a = b + 1;
-  }
-  return out;
-}
-
 __global__ void fill(std::uint32_t* p, std::uint64_t words, std::uint32_t seed) {
   for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < words;
        i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x)
@@ -268,8 +240,8 @@ int main(int argc, char** argv) {
   CHECK(cudaFuncSetAttribute(tma_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kStages * kChunk));
   std::printf("# ranks %d, ctas per rank %d, reps %d\n", ranks, ctas, reps);
   std::printf("%-8s %10s %12s %10s %8s\n", "shape", "in/rank", "us/call", "roofline", "wrong");
-  for (const std::string& sz : split(sizes)) {
-    const std::uint64_t in_bytes = parse_size(sz), out_bytes = in_bytes * ranks;
+  for (const std::string& sz : probe::split(sizes)) {
+    const std::uint64_t in_bytes = probe::parse_size(sz), out_bytes = in_bytes * ranks;
     std::vector<void*> ins(ranks), outs(ranks);
     for (int r = 0; r < ranks; ++r) {
       CHECK(cudaMalloc(&ins[r], in_bytes));
@@ -293,7 +265,7 @@ int main(int argc, char** argv) {
     CHECK(cudaEventCreate(&t0));
     CHECK(cudaEventCreate(&t1));
     double copy_rate = 0;  // bytes read + written per second by the device copy
-    for (const std::string& shape : split(shapes)) {
+    for (const std::string& shape : probe::split(shapes)) {
       auto once = [&] {
         const dim3 grid(static_cast<unsigned>(ranks * ctas));
         if (shape == "copy") CHECK(cudaMemcpyAsync(scratch, outs[0], out_bytes, cudaMemcpyDeviceToDevice));

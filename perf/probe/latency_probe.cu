@@ -38,6 +38,8 @@
 #include <string>
 #include <vector>
 
+#include "perf/probe/probe_util.h"
+
 namespace {
 
 constexpr int kMaxRanks = 8;
@@ -53,15 +55,6 @@ constexpr std::uint64_t kEpochOff = kFlagsOff + 2 * kMaxCtas * kMaxRanks * 8;
 constexpr std::uint64_t kInOff = kEpochOff + kMaxCtas * 8;
 constexpr std::uint64_t kOutOff = kInOff + kMaxBytes;
 constexpr std::uint64_t kRegionBytes = kOutOff + kMaxBytes;
-
-#define CHECK(x)                                                                                 \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
-      std::exit(2);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 struct Args {
   char* region[kMaxRanks];  // every rank's region as mapped here
@@ -318,25 +311,6 @@ void barrier(Shared* s, int n) {
   }
 }
 
-std::uint64_t parse_size(const std::string& s) {
-  char* end = nullptr;
-  std::uint64_t v = std::strtoull(s.c_str(), &end, 10);
-  if (*end == 'K') v <<= 10;
-  if (*end == 'M') v <<= 20;
-  return v;
-}
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::size_t i = 0;
-  while (i <= s.size()) {
-    std::size_t j = s.find(',', i);
-    if (j == std::string::npos) j = s.size();
-    if (j > i) out.push_back(s.substr(i, j - i));
-    i = j + 1;
-  }
-  return out;
-}
-
 unsigned short bf16_bits(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
 // Element i of rank r: small values whose sums are exact in bf16 for the check (any fold order
 // would pass it: the probe times shapes, the library's tests check orders).
@@ -488,9 +462,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<Run> runs;
-  for (const std::string& shape : split(shapes)) {
-    for (const std::string& size : split(sizes)) {
-      Run r{shape, parse_size(size), 1, 32};
+  for (const std::string& shape : probe::split(shapes)) {
+    for (const std::string& size : probe::split(sizes)) {
+      Run r{shape, probe::parse_size(size), 1, 32};
       if (r.bytes > kMaxBytes || r.bytes % (8 * n) != 0) {
         std::fprintf(stderr, "size %s: at most 1M, a multiple of 8 * ranks\n", size.c_str());
         return 2;

@@ -31,6 +31,7 @@
 
 #include "test/common/cuda_ok.h"
 #include "test/common/loopback.h"
+#include "test/common/rank_results.h"
 #include "test/common/ranks.h"
 
 namespace {
@@ -165,46 +166,25 @@ int main(int argc, char** argv) {
   setenv("NCCL_DEBUG_FILE", (dir / "rank.%p").c_str(), 1);
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
-  int results[2], gone[2], back[2];
-  if (pipe(results) != 0 || pipe(gone) != 0 || pipe(back) != 0) return 1;
+  rank_results::Pipe results;
+  int gone[2], back[2];
+  if (!results.ok() || pipe(gone) != 0 || pipe(back) != 0) return 1;
   // Only ranks touch CUDA: a process that initialised CUDA cannot hand it to the children it forks.
   ranks::Group group(kRanks, [&](int r) {
-    close(results[0]);
     int n = 0;
-    int result[2] = {-1, 0};
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-      (void)!write(results[1], result, sizeof(result));
+      results.report_skipped();
       return 0;
     }
     int passed = 0;
     const int failed = run_rank(r, id, count, gone, back, &passed);
-    result[0] = passed;
-    result[1] = failed;
-    (void)!write(results[1], result, sizeof(result));
+    results.report(passed, failed);
     return failed ? 1 : 0;
   });
-  close(results[1]);
   group.wait(ranks::Clock::now() + ranks::seconds(300));
-  int passed = 0, failed = 0;
-  bool skipped = false;
-  for (int r = 0; r < kRanks; ++r) {
-    int result[2] = {0, 0};
-    if (read(results[0], result, sizeof(result)) != sizeof(result)) {
-      ++failed;
-      continue;
-    }
-    if (result[0] < 0) skipped = true;
-    else {
-      passed += result[0];
-      failed += result[1];
-    }
-  }
-  for (const ranks::Outcome& out : group.outcomes())
-    if (!out.ok()) {
-      std::printf("FAIL a rank ended with %s\n", ranks::describe(out).c_str());
-      ++failed;
-    }
-  if (skipped) {
+  const rank_results::Totals totals = results.collect(kRanks, group);
+  int passed = totals.passed, failed = totals.failed;
+  if (totals.skipped) {
     std::filesystem::remove_all(dir);
     std::printf("SKIPPED: no CUDA device usable on this machine\n0 passed, 0 failed, 1 skipped\n");
     return 77;

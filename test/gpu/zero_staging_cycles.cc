@@ -29,6 +29,7 @@
 
 #include "test/common/cuda_ok.h"
 #include "test/common/loopback.h"
+#include "test/common/rank_results.h"
 #include "test/common/ranks.h"
 
 namespace {
@@ -162,15 +163,13 @@ int main(int argc, char** argv) {
   }
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
-  int pipes[2];
-  if (pipe(pipes) != 0) return 1;
+  rank_results::Pipe results;
+  if (!results.ok()) return 1;
   // Only ranks touch CUDA: a process that initialised CUDA cannot hand it to the children it forks.
   ranks::Group group(o.ranks, [&](int r) {
-    close(pipes[0]);
     int n = 0;
-    int result[2] = {-1, 0};
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-      (void)!write(pipes[1], result, sizeof(result));
+      results.report_skipped();
       return 0;
     }
     CUDA_OK(cudaSetDevice(r % n));
@@ -184,30 +183,13 @@ int main(int argc, char** argv) {
     int passed = 0;
     const int failed = run_rank(r, o, comm, stream, &passed);
     ncclCommDestroy(comm);
-    result[0] = passed;
-    result[1] = failed;
-    (void)!write(pipes[1], result, sizeof(result));
+    results.report(passed, failed);
     return failed ? 1 : 0;
   });
-  close(pipes[1]);
   group.wait(ranks::Clock::now() + ranks::seconds(1200));
-  int passed = 0, failed = 0;
-  bool skipped = false;
-  for (int r = 0; r < o.ranks; ++r) {
-    int result[2] = {0, 0};
-    if (read(pipes[0], result, sizeof(result)) != sizeof(result)) {
-      ++failed;
-      continue;
-    }
-    if (result[0] < 0) skipped = true;
-    else {
-      passed += result[0];
-      failed += result[1];
-    }
-  }
-  for (const ranks::Outcome& out : group.outcomes())
-    if (!out.ok()) ++failed;
-  if (skipped) {
+  const rank_results::Totals totals = results.collect(o.ranks, group);
+  int passed = totals.passed, failed = totals.failed;
+  if (totals.skipped) {
     if (o.eager) std::filesystem::remove_all(logs);
     std::printf("SKIPPED: no CUDA device usable on this machine\n0 passed, 0 failed, 1 skipped\n");
     return 77;

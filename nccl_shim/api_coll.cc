@@ -40,6 +40,7 @@ Op& make_op(CollKind kind, DataType type, const ReduceOp& rop, int root) {
   op.mid_bytes = 0;
   op.copy_input = false;
   op.input_bytes = 0;
+  op.ragged = false;
   return op;
 }
 

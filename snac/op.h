@@ -37,6 +37,10 @@ struct Op {
   // AllToAll): the executor reads the input from a private copy.
   bool copy_input = false;
   std::uint64_t input_bytes = 0;  // with copy_input: the input's extent from in[0].ptr
+  // The ranks' parts may differ in size where NCCL's would not (the hierarchical Broadcast's Scatter
+  // of unequal shards), so no rank can tell the others' sizes from its own: never zero-staged,
+  // whose ranks decide from their own sizes whether to meet.
+  bool ragged = false;
 
   Call call() const {
     Call c;

@@ -434,7 +434,7 @@ class SmExecutor final : public Executor {
   // (collective, sizes, capture, policy), and those decide on what every rank offered.
   Status zero_staging(const Op& op, cudaStream_t stream, bool* ran) {
     *ran = false;
-    if (!policy_.zero_staging_min_bytes || op.in.empty() || op.out.empty()) return Status::ok;
+    if (!policy_.zero_staging_min_bytes || op.ragged || op.in.empty() || op.out.empty()) return Status::ok;
     ZeroStagingKind kind;
     switch (op.kind) {
       case CollKind::all_reduce:

@@ -126,6 +126,7 @@ std::vector<Step> hierarchical_plan(const Op& op, const HostLayout& layout, int 
       sc.op.in = rank == op.root ? shards(op.in.front().ptr, count, L, es)
                                  : std::vector<Part>(static_cast<std::size_t>(L), Part{nullptr, 0});
       sc.op.out = {out[l]};
+      sc.op.ragged = true;
       steps.push_back(sc);
     }
     if (out[l].bytes) steps.push_back(rail_step(op, CollKind::broadcast, out[l], root_host));

@@ -49,6 +49,7 @@ const Op& plan(const Op& op, int rank, int nranks, const Policy& policy, Op* scr
   p.op = op.op;
   p.copy_input = false;
   p.input_bytes = 0;
+  p.ragged = op.ragged;
   if (runs_direct(policy, of, total, shard)) {
     p.kind = direct;
     p.in.assign(1, Part{op.in.front().ptr, total});

@@ -177,6 +177,8 @@ TEST_CASE("Hierarchical Broadcast: Scatter on the root's host, Broadcast on the 
   CHECK(root[0].op.in[0].bytes == 64 * 8);
   CHECK(root[0].op.in[1].bytes == 36 * 8);
   CHECK(root[0].op.out[0].ptr == at(recv + 64 * 8));
+  // Its shards differ in size (64 and 36 elements): no rank may take it for a uniform Scatter.
+  CHECK(root[0].op.ragged);
   CHECK(root[1].where == Step::Where::rail);
   CHECK(root[1].op.kind == CollKind::broadcast);
   CHECK(root[1].op.root == 1);  // the root's host
@@ -186,6 +188,7 @@ TEST_CASE("Hierarchical Broadcast: Scatter on the root's host, Broadcast on the 
   REQUIRE(peer.size() == 3);
   CHECK(peer[0].op.in[0].ptr == nullptr);
   CHECK(peer[0].op.out[0].ptr == at(recv));
+  CHECK(peer[0].op.ragged);
 
   std::vector<Step> other = hierarchical_plan(op, blocks, 0);  // the other host: no Scatter
   REQUIRE(other.size() == 2);

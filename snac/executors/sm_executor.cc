@@ -59,6 +59,7 @@ class SmExecutor final : public Executor {
     cuda::free(pair_taken_);
     write_stamps();
     cuda::free(stamps_);
+    cuda::free(zs_stamps_);
     if (copy_) cudaFree(copy_);
     for (void* p : retired_) cudaFree(p);
     cuda::host_mapped_free(flags_host_);
@@ -101,6 +102,9 @@ class SmExecutor final : public Executor {
     PURLIN_TRY(cuda::alloc(scratch_bytes_ * channels_, reinterpret_cast<void**>(&scratch_)));
     PURLIN_TRY(cuda::alloc(sizeof(unsigned) * channels_, reinterpret_cast<void**>(&done_)));
     PURLIN_TRY(cuda::alloc(sizeof(std::uint64_t) * kZeroStagingMaxCtas, reinterpret_cast<void**>(&zs_calls_)));
+    if (!config().stamps_path.empty())
+      PURLIN_TRY(cuda::alloc(sizeof(std::uint64_t) * kZeroStagingStampCalls * kZeroStagingMaxCtas * kZeroStagingStamps,
+                             reinterpret_cast<void**>(&zs_stamps_)));
     void* flags_dev = nullptr;
     PURLIN_TRY(cuda::host_mapped_alloc(2 * sizeof(int), &flags_host_, &flags_dev));
     abort_host_ = static_cast<volatile int*>(flags_host_);
@@ -402,8 +406,24 @@ class SmExecutor final : public Executor {
  private:
   // PURLIN_STAMPS=PREFIX: the exchange's stamps of channel 0, one line per call (its epoch, then
   // globaltimer nanoseconds: entry, start of work, the end of every Atom step, the end; 0 where a
-  // call had fewer steps), into PREFIX.RANK.
+  // call had fewer steps), into PREFIX.RANK; zero-staging's, one line per call and CTA (the call's
+  // slot in the ring, the CTA, then kZeroStagingStamps globaltimer nanoseconds), into PREFIX.zs.RANK.
   void write_stamps() const {
+    if (zs_stamps_) {
+      const std::size_t row = static_cast<std::size_t>(kZeroStagingStamps);
+      std::vector<std::uint64_t> t(row * kZeroStagingMaxCtas * kZeroStagingStampCalls);
+      const std::string path = fmt::format("{}.zs.{}", config().stamps_path, xargs_.rank);
+      std::FILE* f = cudaMemcpy(t.data(), zs_stamps_, sizeof(std::uint64_t) * t.size(), cudaMemcpyDeviceToHost) == cudaSuccess
+                         ? std::fopen(path.c_str(), "w")
+                         : nullptr;
+      for (std::size_t k = 0; f && k < t.size() / row; ++k) {
+        if (!t[k * row]) continue;
+        std::fprintf(f, "%zu %zu", k / kZeroStagingMaxCtas, k % kZeroStagingMaxCtas);
+        for (std::size_t i = 0; i < row; ++i) std::fprintf(f, " %llu", static_cast<unsigned long long>(t[k * row + i]));
+        std::fprintf(f, "\n");
+      }
+      if (f) std::fclose(f);
+    }
     if (!stamps_) return;
     std::vector<std::uint64_t> t(static_cast<std::size_t>(kExchangeStamps) * kExchangeStampCalls);
     if (cudaMemcpy(t.data(), stamps_, sizeof(std::uint64_t) * t.size(), cudaMemcpyDeviceToHost) != cudaSuccess) return;
@@ -519,6 +539,7 @@ class SmExecutor final : public Executor {
     a.guard = args_.guard;
     a.one_gpu = args_.one_gpu;
     a.calls = zs_calls_;
+    a.stamps = zs_stamps_;
     a.win = windows_dev_;
     for (int r = 0; r < n; ++r) a.words[r] = zs_words_[r];
     PeerBuffers::Mine mine;
@@ -790,6 +811,7 @@ class SmExecutor final : public Executor {
   std::uint64_t exchange_off_ = 0, exchange_bytes_ = 0, box_packets_ = 0;
   atom::LLPacket** inbox_dev_ = nullptr;
   std::uint64_t* stamps_ = nullptr;
+  std::uint64_t* zs_stamps_ = nullptr;  // zero-staging's stamps (PURLIN_STAMPS)
   std::uint64_t* exchange_epoch_ = nullptr;
   // The pair exchange (Send/Recv rounds): its boxes and ack words in the window, every rank's as
   // mapped here, and this rank's message counts per peer and channel.

@@ -23,12 +23,36 @@ __global__ void __launch_bounds__(kZeroStagingThreads, 1) zero_staging_kernel(co
   const ZeroStagingCall z = zero_staging_view(a, call);
   const atom::SmWideAtom atom(a.type, a.op, a.guard, &words, a.one_gpu);
   Status s = Status::ok;
+  std::uint64_t* stamp =
+      a.stamps ? a.stamps + ((call % kZeroStagingStampCalls) * kZeroStagingMaxCtas + c) * kZeroStagingStamps : nullptr;
+  const auto mark = [&](int k) {
+    if (!stamp) return;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      std::uint64_t t;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+      stamp[k] = t;
+    }
+  };
+  mark(0);
   switch (a.phase) {
-    case ZeroStagingPhase::whole: s = zero_staging_call(atom, z, c, a.ctas); break;
+    case ZeroStagingPhase::whole:
+      if (!stamp) {
+        s = zero_staging_call(atom, z, c, a.ctas);
+        break;
+      }
+      // zero_staging_call's steps, stamped.
+      s = zero_staging_barrier(atom, z, c, 2 * call - 1);
+      mark(1);
+      if (s == Status::ok) zero_staging_move(atom, z, c, a.ctas);
+      mark(2);
+      if (s == Status::ok) s = zero_staging_barrier(atom, z, c, 2 * call);
+      break;
     case ZeroStagingPhase::arrive: s = zero_staging_barrier(atom, z, c, 2 * call - 1); break;
     case ZeroStagingPhase::leave: s = zero_staging_barrier(atom, z, c, 2 * call); break;
   }
   // The call's number moves on when the call closes (the arrival alone leaves it for the leave).
+  mark(3);
   if (threadIdx.x == 0 && a.phase != ZeroStagingPhase::arrive) a.calls[c] = call;
   report_outcome(s, a.rank, a.nranks, a.win, a.guard);
 }

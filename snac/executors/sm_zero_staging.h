@@ -15,6 +15,10 @@
 namespace purlin::snac {
 
 inline constexpr int kZeroStagingThreads = 512;
+// With PURLIN_STAMPS: each CTA's globaltimer stamps of a call (entry, arrival barrier passed, its
+// share moved, exit) in a ring of this many calls, by call number (perf/zs_stamps.py reads them).
+inline constexpr int kZeroStagingStampCalls = 256;
+inline constexpr int kZeroStagingStamps = 4;
 
 enum class ZeroStagingPhase : std::uint8_t { whole, arrive, leave };
 
@@ -31,6 +35,7 @@ struct ZeroStagingArgs {
   atom::SmGuard guard{};
   bool one_gpu = false;
   std::uint64_t* calls = nullptr;  // [kZeroStagingMaxCtas]: this rank's call numbers per CTA, device
+  std::uint64_t* stamps = nullptr; // [kZeroStagingStampCalls][kZeroStagingMaxCtas][kZeroStagingStamps], or none
   // What the launch does of the call: all of it, or (the copy engines move the bytes between) only
   // the arrival barrier, or only the done barrier, which closes the call.
   ZeroStagingPhase phase = ZeroStagingPhase::whole;

@@ -409,32 +409,32 @@ class SmExecutor final : public Executor {
   // call had fewer steps), into PREFIX.RANK; zero-staging's, one line per call and CTA (the call's
   // slot in the ring, the CTA, then kZeroStagingStamps globaltimer nanoseconds), into PREFIX.zs.RANK.
   void write_stamps() const {
-    if (zs_stamps_) {
-      const std::size_t row = static_cast<std::size_t>(kZeroStagingStamps);
-      std::vector<std::uint64_t> t(row * kZeroStagingMaxCtas * kZeroStagingStampCalls);
-      const std::string path = fmt::format("{}.zs.{}", config().stamps_path, xargs_.rank);
-      std::FILE* f = cudaMemcpy(t.data(), zs_stamps_, sizeof(std::uint64_t) * t.size(), cudaMemcpyDeviceToHost) == cudaSuccess
-                         ? std::fopen(path.c_str(), "w")
-                         : nullptr;
-      for (std::size_t k = 0; f && k < t.size() / row; ++k) {
-        if (!t[k * row]) continue;
-        std::fprintf(f, "%zu %zu", k / kZeroStagingMaxCtas, k % kZeroStagingMaxCtas);
-        for (std::size_t i = 0; i < row; ++i) std::fprintf(f, " %llu", static_cast<unsigned long long>(t[k * row + i]));
-        std::fprintf(f, "\n");
-      }
-      if (f) std::fclose(f);
-    }
-    if (!stamps_) return;
-    std::vector<std::uint64_t> t(static_cast<std::size_t>(kExchangeStamps) * kExchangeStampCalls);
-    if (cudaMemcpy(t.data(), stamps_, sizeof(std::uint64_t) * t.size(), cudaMemcpyDeviceToHost) != cudaSuccess) return;
-    const std::string path = fmt::format("{}.{}", config().stamps_path, xargs_.rank);
+    if (stamps_)
+      write_stamp_rows(stamps_, kExchangeStampCalls, kExchangeStamps, "", [](std::FILE* f, std::size_t e) {
+        std::fprintf(f, "%zu", e);
+      });
+    if (zs_stamps_)
+      write_stamp_rows(zs_stamps_, std::size_t{kZeroStagingStampCalls} * kZeroStagingMaxCtas, kZeroStagingStamps, ".zs",
+                       [](std::FILE* f, std::size_t k) {
+                         std::fprintf(f, "%zu %zu", k / kZeroStagingMaxCtas, k % kZeroStagingMaxCtas);
+                       });
+  }
+
+  // Copies a device ring of `rows` rows of `width` stamps into PREFIX<suffix>.RANK, one line per row
+  // that was stamped: what `label` prints of the row's index, then its stamps.
+  template <class Label>
+  void write_stamp_rows(const std::uint64_t* ring, std::size_t rows, std::size_t width, const char* suffix,
+                        Label&& label) const {
+    std::vector<std::uint64_t> t(rows * width);
+    if (cudaMemcpy(t.data(), ring, sizeof(std::uint64_t) * t.size(), cudaMemcpyDeviceToHost) != cudaSuccess) return;
+    const std::string path = fmt::format("{}{}.{}", config().stamps_path, suffix, xargs_.rank);
     std::FILE* f = std::fopen(path.c_str(), "w");
     if (!f) return;
-    for (int e = 0; e < kExchangeStampCalls; ++e) {
-      const std::uint64_t* row = &t[static_cast<std::size_t>(e) * kExchangeStamps];
+    for (std::size_t k = 0; k < rows; ++k) {
+      const std::uint64_t* row = &t[k * width];
       if (!row[0]) continue;
-      std::fprintf(f, "%d", e);
-      for (int i = 0; i < kExchangeStamps; ++i) std::fprintf(f, " %llu", static_cast<unsigned long long>(row[i]));
+      label(f, k);
+      for (std::size_t i = 0; i < width; ++i) std::fprintf(f, " %llu", static_cast<unsigned long long>(row[i]));
       std::fprintf(f, "\n");
     }
     std::fclose(f);

@@ -37,11 +37,7 @@ __global__ void __launch_bounds__(kZeroStagingThreads, 1) zero_staging_kernel(co
   mark(0);
   switch (a.phase) {
     case ZeroStagingPhase::whole:
-      if (!stamp) {
-        s = zero_staging_call(atom, z, c, a.ctas);
-        break;
-      }
-      // zero_staging_call's steps, stamped.
+      // zero_staging_call's steps, stamped when stamps are asked for.
       s = zero_staging_barrier(atom, z, c, 2 * call - 1);
       mark(1);
       if (s == Status::ok) zero_staging_move(atom, z, c, a.ctas);

@@ -25,6 +25,7 @@ struct Note {
   std::uint64_t magic;
   std::uint64_t key;
   std::uint32_t from;
+  std::uint64_t tag;
 };
 
 socklen_t fill(const FdAddress& a, sockaddr_un* sun) {
@@ -122,7 +123,7 @@ Status FdMailbox::exchange(int me, int fd, const std::vector<int>& to, const std
       ++missing;
     }
   }
-  const Note note{kMagic, address_.key, static_cast<std::uint32_t>(me)};
+  const Note note{kMagic, address_.key, static_cast<std::uint32_t>(me), 0};
   const net::Deadline deadline = net::deadline_after(timeout_s);
   auto give_back = [&] {
     for (const ReceivedFd& r : *got) ::close(r.fd);
@@ -181,6 +182,27 @@ Status FdMailbox::exchange(int me, int fd, const std::vector<int>& to, const std
     }
   }
   return Status::ok;
+}
+
+Status FdMailbox::post(int me, int fd, std::uint64_t tag, const FdAddress& to, bool* sent) {
+  const Note note{kMagic, address_.key, static_cast<std::uint32_t>(me), tag};
+  const Io io = send_fd(sock_, to, note, fd);
+  *sent = io == Io::done;
+  if (io == Io::failed)
+    return fail(Status::system_error, fmt::format("cannot send a descriptor to a peer's Unix socket: {} (ranks on one "
+                                                  "host must share a network namespace)", std::strerror(errno)));
+  return Status::ok;
+}
+
+void FdMailbox::take(const std::vector<FdAddress>& all, std::vector<ReceivedFd>* got) {
+  for (;;) {
+    Note in{};
+    int received = -1;
+    if (receive_fd(sock_, &in, &received) != Io::done) return;
+    const bool valid = in.magic == kMagic && in.from < all.size() && in.key == all[in.from].key && received >= 0;
+    if (valid) got->push_back(ReceivedFd{static_cast<int>(in.from), received, in.tag});
+    else if (received >= 0) ::close(received);
+  }
 }
 
 }  // namespace purlin

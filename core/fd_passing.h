@@ -23,6 +23,7 @@ struct FdAddress {
 struct ReceivedFd {
   int from;
   int fd;
+  std::uint64_t tag = 0;  // what the sender named the descriptor with (post; exchange: 0)
 };
 
 class FdMailbox {
@@ -41,6 +42,13 @@ class FdMailbox {
   Status exchange(int me, int fd, const std::vector<int>& to, const std::vector<int>& from,
                   const std::vector<FdAddress>& all, double timeout_s, const std::function<bool()>& stop,
                   std::vector<ReceivedFd>* got);
+
+  // Sends `fd` as rank `me`, named `tag`, to the mailbox `to`, without waiting: *sent is false when
+  // its queue is full (nothing was sent).
+  Status post(int me, int fd, std::uint64_t tag, const FdAddress& to, bool* sent);
+  // Takes every descriptor waiting here without waiting for more; those of no rank of `all` (with
+  // its key) are closed.
+  void take(const std::vector<FdAddress>& all, std::vector<ReceivedFd>* got);
 
  private:
   FdMailbox() = default;

@@ -28,18 +28,11 @@ ShmGather::Slot* ShmGather::slot(int rank, std::uint64_t round) const {
   return reinterpret_cast<Slot*>(static_cast<char*>(segment_.data()) + index * slot_bytes_);
 }
 
-Status ShmGather::create(Bootstrap& boot, std::size_t record_bytes, double timeout_s, std::unique_ptr<ShmGather>* out) {
-  std::unique_ptr<ShmGather> g(new ShmGather());
-  g->rank_ = boot.rank();
-  g->nranks_ = boot.nranks();
-  g->record_bytes_ = record_bytes;
-  g->slot_bytes_ = kHeader + (record_bytes + kHeader - 1) / kHeader * kHeader;
-  g->timeout_s_ = timeout_s;
-  const std::size_t bytes = g->slot_bytes_ * 2 * static_cast<std::size_t>(g->nranks_);
-  const int me = g->rank_, n = g->nranks_;
+Status share_segment(Bootstrap& boot, std::size_t bytes, double timeout_s, ShmSegment* out) {
+  const int me = boot.rank(), n = boot.nranks();
   // Every rank takes part in each exchange whatever failed before it, so that none waits for the
   // others until the timeout; a failure anywhere fails the creation everywhere.
-  Status s = me == 0 ? ShmSegment::create(bytes, &g->segment_) : Status::ok;
+  Status s = me == 0 ? ShmSegment::create(bytes, out) : Status::ok;
   std::unique_ptr<FdMailbox> box;
   if (s == Status::ok) s = FdMailbox::open(&box);
   FdAddress mine{};
@@ -55,7 +48,7 @@ Status ShmGather::create(Bootstrap& boot, std::size_t record_bytes, double timeo
       if (!o) return s != Status::ok ? s : fail(Status::remote_error, fmt::format("a peer could not {}", what));
     return Status::ok;
   };
-  PURLIN_TRY(everyone_ok("set up its shared-memory agreement"));
+  PURLIN_TRY(everyone_ok("set up its shared memory"));
   if (n > 1) {
     std::vector<int> to, from;
     if (me == 0)
@@ -63,15 +56,26 @@ Status ShmGather::create(Bootstrap& boot, std::size_t record_bytes, double timeo
     else
       from.push_back(0);
     std::vector<ReceivedFd> got;
-    s = box->exchange(me, me == 0 ? g->segment_.fd() : -1, to, from, boxes, timeout_s, [&boot] { return boot.stopped(); },
+    s = box->exchange(me, me == 0 ? out->fd() : -1, to, from, boxes, timeout_s, [&boot] { return boot.stopped(); },
                       &got);
     for (const ReceivedFd& r : got) {
-      if (s == Status::ok) s = ShmSegment::map(r.fd, bytes, &g->segment_);
+      if (s == Status::ok) s = ShmSegment::map(r.fd, bytes, out);
       ::close(r.fd);
     }
-    PURLIN_TRY(everyone_ok("map the shared-memory agreement"));
+    PURLIN_TRY(everyone_ok("map the shared memory"));
   }
-  g->segment_.close_fd();
+  out->close_fd();
+  return Status::ok;
+}
+
+Status ShmGather::create(Bootstrap& boot, std::size_t record_bytes, double timeout_s, std::unique_ptr<ShmGather>* out) {
+  std::unique_ptr<ShmGather> g(new ShmGather());
+  g->rank_ = boot.rank();
+  g->nranks_ = boot.nranks();
+  g->record_bytes_ = record_bytes;
+  g->slot_bytes_ = kHeader + (record_bytes + kHeader - 1) / kHeader * kHeader;
+  g->timeout_s_ = timeout_s;
+  PURLIN_TRY(share_segment(boot, g->slot_bytes_ * 2 * static_cast<std::size_t>(g->nranks_), timeout_s, &g->segment_));
   *out = std::move(g);
   return Status::ok;
 }

@@ -19,6 +19,10 @@
 
 namespace purlin {
 
+// Collective over `boot`: rank 0 creates a zero-filled segment of `bytes` and every other rank maps
+// it from a descriptor rank 0 hands it; fails on every rank where any rank failed.
+Status share_segment(Bootstrap& boot, std::size_t bytes, double timeout_s, ShmSegment* out);
+
 class ShmGather {
  public:
   // Collective over `boot`: every rank calls it once, at the same point of its calls. Records are

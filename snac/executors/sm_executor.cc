@@ -26,6 +26,7 @@
 #include "snac/executors/datapaths.h"
 #include "snac/executors/sm_exchange.h"
 #include "snac/executors/sm_kernel.h"
+#include "snac/executors/sm_pair_board.h"
 #include "snac/executors/sm_peer_buffers.h"
 #include "snac/executors/sm_pair.h"
 #include "snac/executors/ce_copies.h"
@@ -42,7 +43,12 @@ class SmExecutor final : public Executor {
     cuda::set_device(device_);  // the destroying thread may have another device current
     if (last_stream_used_) cudaDeviceSynchronize();
     peers_.reset();
+    board_.reset();
+    if (side_) cudaStreamDestroy(side_);
+    if (fork_) cudaEventDestroy(fork_);
+    if (join_) cudaEventDestroy(join_);
     cuda::free(zs_calls_);
+    cuda::free(leg_calls_);
     for (void* p : imported_) cuda::ipc_close(p);
     for (cuda::VmmMapping& m : imported_vmm_) cuda::vmm_free(&m);
     if (own_vmm_.ptr) cuda::vmm_free(&own_vmm_);
@@ -93,15 +99,17 @@ class SmExecutor final : public Executor {
       acks_off_ = pair_off_ + pair_bytes_;
       pair_bytes_ += sizeof(std::uint64_t) * static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(policy_.exchange_channels);
     }
-    // Zero-staging's barrier words follow.
+    // Zero-staging's barrier words follow: the collectives', then Send/Recv's leg words.
     zs_off_ = (pair_off_ + pair_bytes_ + 4095) / 4096 * 4096;
-    const std::uint64_t window_bytes = zs_off_ + sizeof(std::uint64_t) * kZeroStagingWords;
+    legs_off_ = zs_off_ + sizeof(std::uint64_t) * kZeroStagingWords;
+    const std::uint64_t window_bytes = legs_off_ + sizeof(std::uint64_t) * kZeroStagingLegWords;
     PURLIN_TRY(alloc_window(boot, window_bytes));
     PURLIN_TRY(cuda::alloc(sizeof(LocalState) * channels_, reinterpret_cast<void**>(&state_)));
     scratch_bytes_ = (static_cast<std::uint64_t>(n) + 1) * policy_.latency_max_bytes + 256;
     PURLIN_TRY(cuda::alloc(scratch_bytes_ * channels_, reinterpret_cast<void**>(&scratch_)));
     PURLIN_TRY(cuda::alloc(sizeof(unsigned) * channels_, reinterpret_cast<void**>(&done_)));
     PURLIN_TRY(cuda::alloc(sizeof(std::uint64_t) * kZeroStagingMaxCtas, reinterpret_cast<void**>(&zs_calls_)));
+    PURLIN_TRY(cuda::alloc(sizeof(std::uint64_t) * kZeroStagingLegCounters, reinterpret_cast<void**>(&leg_calls_)));
     if (!config().stamps_path.empty())
       PURLIN_TRY(cuda::alloc(sizeof(std::uint64_t) * kZeroStagingStampCalls * kZeroStagingMaxCtas * kZeroStagingStamps,
                              reinterpret_cast<void**>(&zs_stamps_)));
@@ -165,7 +173,11 @@ class SmExecutor final : public Executor {
       mailbox_.reset();
     }
     zs_words_.resize(static_cast<std::size_t>(n));
-    for (int r = 0; r < n; ++r) zs_words_[r] = reinterpret_cast<std::uint64_t*>(bases[r] + zs_off_);
+    leg_words_.resize(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      zs_words_[r] = reinterpret_cast<std::uint64_t*>(bases[r] + zs_off_);
+      leg_words_[r] = reinterpret_cast<std::uint64_t*>(bases[r] + legs_off_);
+    }
     std::vector<Window> windows(static_cast<std::size_t>(n) * channels_);
     for (int c = 0; c < channels_; ++c)
       for (int r = 0; r < n; ++r) windows[c * n + r] = Window::at(bases[r] + c * geo_.total, geo_);
@@ -205,6 +217,7 @@ class SmExecutor final : public Executor {
     PURLIN_TRY(boot.barrier());  // every peer has mapped every window
 
     peers_ = std::make_unique<PeerBuffers>(&boot, device_, config().bootstrap_timeout_s);
+    if (policy_.zero_staging_min_bytes && n > 1) PURLIN_TRY(PairBoard::create(boot, device_, config().bootstrap_timeout_s, &board_));
     args_.ctx.rank = me;
     args_.ctx.nranks = n;
     args_.ctx.geo = geo_;
@@ -262,20 +275,124 @@ class SmExecutor final : public Executor {
       remember(op, x, threads);
       return run_exchange(op.kind, x, threads, stream);
     }
-    Op rest;
+    Op rest, unmoved;
     const Op* generic = &op;
+    bool legs_aside = false;
+    if (op.kind == CollKind::send_recv && board_) {
+      bool any = false;
+      PURLIN_TRY(zero_staging_legs(op, stream, &unmoved, &any, &legs_aside));
+      if (any) {
+        if (!carries_bytes(unmoved)) return Status::ok;
+        generic = &unmoved;
+      }
+    }
     if (op.kind == CollKind::send_recv && pair_bytes_) {
       bool any = false;
-      PURLIN_TRY(pair_round(op, stream, &rest, &any));
+      PURLIN_TRY(pair_round(*generic, stream, &rest, &any));
       if (any) {
-        bool left = false;
-        for (const Part& p : rest.in) left = left || p.bytes;
-        for (const Part& p : rest.out) left = left || p.bytes;
-        if (!left) return Status::ok;
+        if (!carries_bytes(rest)) return join_legs(legs_aside, stream);
         generic = &rest;
       }
     }
-    return execute_generic(*generic, stream);
+    PURLIN_TRY(execute_generic(*generic, stream));
+    return join_legs(legs_aside, stream);
+  }
+
+  static bool carries_bytes(const Op& op) {
+    for (const Part& p : op.in)
+      if (p.bytes) return true;
+    for (const Part& p : op.out)
+      if (p.bytes) return true;
+    return false;
+  }
+
+  // Runs in place the messages of Send/Recv round `op` that are within zero-staging's bound and
+  // whose ends agree to (PairBoard), captured into a graph or (with zero_staging_eager) not, and
+  // leaves the others in *rest (*any: some message was zero-staged). Where the round stages some
+  // messages too, the legs' kernel runs beside it on a stream of ours (*aside; join_legs joins it
+  // after the staged launches), as NCCL runs a round's messages together: a leg may wait for a
+  // peer whose matching message comes after a staged one on the peer's stream.
+  Status zero_staging_legs(const Op& op, cudaStream_t stream, Op* rest, bool* any, bool* aside) {
+    *any = false;
+    *aside = false;
+    const int n = xargs_.nranks, me = xargs_.rank;
+    const std::uint64_t least = policy_.zero_staging_min_bytes;
+    if (!least || op.ragged || static_cast<int>(op.in.size()) != n || static_cast<int>(op.out.size()) != n) return Status::ok;
+    bool some = false;
+    for (int p = 0; p < n; ++p)
+      some = some || (p != me && (op.in[p].bytes >= least || op.out[p].bytes >= least));
+    if (!some) return Status::ok;
+    cudaGraph_t graph = nullptr;
+    if (!zero_staging_allowed(stream, &graph)) return Status::ok;
+    const bool captured = graph != nullptr;
+    ZeroStagingLegArgs a;
+    a.rank = me;
+    a.nranks = n;
+    a.shares = std::clamp(policy_.zero_staging_ctas, 1, kZeroStagingMaxCtas);
+    a.guard = args_.guard;
+    a.one_gpu = args_.one_gpu;
+    a.counters = leg_calls_;
+    a.win = windows_dev_;
+    for (int r = 0; r < n; ++r) a.words[r] = leg_words_[r];
+    *rest = op;
+    int moved = 0;
+    std::uint64_t largest = 0;
+    // Receives first: a rank that offers its outputs before its inputs is more often the end that
+    // waits on its receives and moves its sends, so that the ranks' copies spread evenly.
+    for (int side : {1, 0}) {
+      for (int k = 1; k < n; ++k) {
+        const int p = (me + k) % n;
+        Part& part = side == 0 ? rest->in[p] : rest->out[p];
+        if (part.bytes < least) continue;
+        PairBoard::Role role = PairBoard::Role::staged;
+        char* theirs = nullptr;
+        PURLIN_TRY(board_->meet(p, side, part.ptr, part.bytes, graph, &role, &theirs));
+        if (role == PairBoard::Role::staged) continue;
+        ZeroStagingLeg& l = a.legs[a.count++];
+        l.peer = static_cast<std::uint8_t>(p);
+        l.side = static_cast<std::uint8_t>(side);
+        l.bytes = part.bytes;
+        l.tag = static_cast<std::uint16_t>((part.bytes * 0x9e3779b97f4a7c15ull) >> 48);
+        l.role = role == PairBoard::Role::move ? LegRole::move : LegRole::wait;
+        l.dst = side == 0 ? theirs : part.ptr;
+        l.src = side == 0 ? part.ptr : theirs;
+        moved += role == PairBoard::Role::move ? 1 : 0;
+        largest = std::max(largest, part.bytes);
+        part = Part{nullptr, 0};
+      }
+    }
+    if (!a.count) return Status::ok;
+    *any = true;
+    *aside = carries_bytes(*rest);
+    last_stream_used_ = true;
+    last_local_.store(false, std::memory_order_relaxed);
+    last_exchange_.store(false, std::memory_order_relaxed);
+    last_zero_staging_.store(true, std::memory_order_relaxed);
+    last_ce_.store(false, std::memory_order_relaxed);
+    last_kind_.store(op.kind, std::memory_order_relaxed);
+    last_channels_.store(moved ? a.shares : 1, std::memory_order_relaxed);
+    log::info(log::kColl, "zero-staging: rank {} SendRecv of {} messages (largest {} B) {} in place on {} CTAs, moving {}{}",
+              me, a.count, largest, captured ? "captured" : "eager", moved ? a.shares : 1, moved, *aside ? ", beside the round's other messages" : "");
+    cudaStream_t on = stream;
+    if (*aside) {
+      if (!side_) {
+        PURLIN_TRY(cuda::check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
+        PURLIN_TRY(cuda::check(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
+        PURLIN_TRY(cuda::check(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
+      }
+      PURLIN_TRY(cuda::check(cudaEventRecord(fork_, stream), "cudaEventRecord"));
+      PURLIN_TRY(cuda::check(cudaStreamWaitEvent(side_, fork_, 0), "cudaStreamWaitEvent"));
+      on = side_;
+    }
+    PURLIN_TRY(cuda::check(launch_zero_staging_legs(a, on), "launching the zero-staging legs kernel"));
+    return captured ? Status::ok : board_->launched(on);
+  }
+
+  // The caller's stream waits for the legs' kernel launched aside (zero_staging_legs).
+  Status join_legs(bool aside, cudaStream_t stream) {
+    if (!aside) return Status::ok;
+    PURLIN_TRY(cuda::check(cudaEventRecord(join_, side_), "cudaEventRecord"));
+    return cuda::check(cudaStreamWaitEvent(stream, join_, 0), "cudaStreamWaitEvent");
   }
 
   Status run_exchange(CollKind kind, const ExchangeArgs& x, int threads, cudaStream_t stream) {
@@ -447,6 +564,21 @@ class SmExecutor final : public Executor {
     return Status::ok;
   }
 
+  // Whether a call on `stream` may be zero-staged: captured into a graph (*graph, else null), or
+  // outside one where the policy allows it (zero_staging_eager).
+  bool zero_staging_allowed(cudaStream_t stream, cudaGraph_t* graph) const {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    *graph = nullptr;
+    if (cudaStreamGetCaptureInfo(stream, &capture, nullptr, graph, nullptr, nullptr, nullptr) != cudaSuccess) {
+      cudaGetLastError();
+      *graph = nullptr;
+      return false;
+    }
+    if (capture == cudaStreamCaptureStatusActive) return true;
+    *graph = nullptr;
+    return capture == cudaStreamCaptureStatusNone && policy_.zero_staging_eager;
+  }
+
   // Runs `op` in place (snac/protocol/zero_staging.h) when it is within the policy's bounds and
   // every rank's buffers can be mapped here (*ran then says so): captured into a graph, or outside
   // one where the policy allows (zero_staging_eager). Every rank computes the same answer: the
@@ -511,14 +643,9 @@ class SmExecutor final : public Executor {
                                    ? block
                                    : block * nn;
     if (size < policy_.zero_staging_min_bytes) return Status::ok;
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     cudaGraph_t graph = nullptr;
-    if (cudaStreamGetCaptureInfo(stream, &capture, nullptr, &graph, nullptr, nullptr, nullptr) != cudaSuccess) {
-      cudaGetLastError();
-      return Status::ok;
-    }
-    const bool captured = capture == cudaStreamCaptureStatusActive;
-    if (!captured && (capture != cudaStreamCaptureStatusNone || !policy_.zero_staging_eager)) return Status::ok;
+    if (!zero_staging_allowed(stream, &graph)) return Status::ok;
+    const bool captured = graph != nullptr;
 
     ZeroStagingArgs a;
     a.kind = kind;
@@ -829,6 +956,15 @@ class SmExecutor final : public Executor {
   std::unique_ptr<PeerBuffers> peers_;
   std::uint64_t zs_off_ = 0;
   std::vector<std::uint64_t*> zs_words_;  // every rank's barrier words as mapped here
+  // Zero-staged Send/Recv: the board its messages' ends meet on, every rank's leg words as mapped
+  // here, this rank's leg call numbers (device), and the stream a round's legs run on beside its
+  // staged messages.
+  std::unique_ptr<PairBoard> board_;
+  std::uint64_t legs_off_ = 0;
+  std::vector<std::uint64_t*> leg_words_;
+  std::uint64_t* leg_calls_ = nullptr;
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
   std::uint64_t* zs_calls_ = nullptr;
   char* copy_ = nullptr;
   std::uint64_t copy_bytes_ = 0;

@@ -69,15 +69,6 @@ struct PeerBuffers::Offer {
   FdAddress mailbox{};
 };
 
-struct PeerBuffers::Fence {
-  cudaEvent_t event = nullptr;
-  ~Fence() {
-    if (event) cudaEventDestroy(event);
-  }
-  // A failed query (a sticky error of the context) counts as done: nothing runs any more.
-  bool done() const { return cudaEventQuery(event) != cudaErrorNotReady; }
-};
-
 PeerBuffers::~PeerBuffers() {
   // The executor synchronised its device before: every call that used these is complete.
   for (auto& [key, m] : mapped_) unmap(m);
@@ -92,7 +83,7 @@ std::size_t PeerBuffers::held_eager() const {
 
 void PeerBuffers::release(std::map<Key, Mapping>::iterator it) {
   Mapping& m = it->second;
-  std::shared_ptr<Fence> fence = m.fence;
+  std::shared_ptr<MappingFence> fence = m.fence;
   if (fence && !fence->done()) retiring_.emplace_back(std::move(m), std::move(fence));
   else unmap(m);
   mapped_.erase(it);
@@ -146,12 +137,7 @@ void PeerBuffers::unmap(Mapping& m) {
 }
 
 void PeerBuffers::take_returns() {
-  std::vector<Key> keys;
-  {
-    std::lock_guard<std::mutex> lock(returns_->mu);
-    keys.swap(returns_->keys);
-  }
-  for (const Key& k : keys) {
+  for (const Key& k : returns_->take()) {
     auto it = mapped_.find(k);
     if (it == mapped_.end() || --it->second.graphs > 0 || it->second.eager) continue;
     release(it);
@@ -307,30 +293,8 @@ Status PeerBuffers::share(const Mine& mine, cudaGraph_t graph, bool* go, const c
   const std::vector<Key> used = call_keys(all, my, true);
   // The graph holds what it uses until it is destroyed.
   if (!used.empty()) {
-    struct Hold {
-      std::shared_ptr<Returns> returns;
-      std::vector<Key> keys;
-    };
-    auto* hold = new Hold{returns_, used};
-    cudaUserObject_t obj = nullptr;
-    Status st = cuda::check(cudaUserObjectCreate(
-                                &obj, hold,
-                                [](void* p) {
-                                  auto* h = static_cast<Hold*>(p);
-                                  {
-                                    std::lock_guard<std::mutex> lock(h->returns->mu);
-                                    h->returns->keys.insert(h->returns->keys.end(), h->keys.begin(), h->keys.end());
-                                  }
-                                  delete h;
-                                },
-                                1, cudaUserObjectNoDestructorSync),
-                            "cudaUserObjectCreate");
-    if (st != Status::ok) {
-      delete hold;
-      return st;
-    }
+    PURLIN_TRY(hold_in_graph(graph, returns_, used));
     for (const Key& k : used) ++mapped_.at(k).graphs;
-    PURLIN_TRY(cuda::check(cudaGraphRetainUserObject(graph, obj, 1, cudaGraphUserObjectMove), "cudaGraphRetainUserObject"));
   }
   *go = true;
   return Status::ok;
@@ -401,9 +365,8 @@ Status PeerBuffers::share_eager(const Mine& mine, bool* go, const char** in, cha
 
 Status PeerBuffers::launched(cudaStream_t stream) {
   if (last_used_.empty()) return Status::ok;
-  auto fence = std::make_shared<Fence>();
-  PURLIN_TRY(cuda::check(cudaEventCreateWithFlags(&fence->event, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
-  PURLIN_TRY(cuda::check(cudaEventRecord(fence->event, stream), "cudaEventRecord"));
+  std::shared_ptr<MappingFence> fence;
+  PURLIN_TRY(MappingFence::after(stream, &fence));
   for (const Key& k : last_used_)
     if (auto it = mapped_.find(k); it != mapped_.end()) it->second.fence = fence;
   last_used_.clear();

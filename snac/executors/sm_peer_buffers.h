@@ -34,6 +34,7 @@
 #include "core/fd_passing.h"
 #include "core/shm_gather.h"
 #include "core/status.h"
+#include "snac/executors/mapping_holds.h"
 #include "snac/window.h"
 
 namespace purlin::snac {
@@ -77,22 +78,15 @@ class PeerBuffers {
   struct Offer;  // one rank's description of its call (sm_peer_buffers.cc)
 
  private:
-  // An event recorded after the last call that used a mapping.
-  struct Fence;
   struct Mapping {
     char* base = nullptr;
     cuda::VmmMapping vmm;
     void* ipc = nullptr;
     int graphs = 0;       // graphs still holding it
     bool eager = false;   // held for calls outside graphs
-    std::shared_ptr<Fence> fence;  // after the last such call that used it
+    std::shared_ptr<MappingFence> fence;  // after the last such call that used it
   };
   using Key = std::pair<int, std::uint64_t>;  // (rank, buffer id)
-  // Graphs that were destroyed give back their mappings here (from a CUDA thread).
-  struct Returns {
-    std::mutex mu;
-    std::vector<Key> keys;
-  };
 
   void take_returns();
   void unmap(Mapping& m);
@@ -121,7 +115,7 @@ class PeerBuffers {
   double timeout_s_;
   std::unique_ptr<FdMailbox> mailbox_;
   std::map<Key, Mapping> mapped_;
-  std::shared_ptr<Returns> returns_ = std::make_shared<Returns>();
+  std::shared_ptr<MappingReturns<Key>> returns_ = std::make_shared<MappingReturns<Key>>();  // from destroyed graphs
   // Calls outside graphs. Alike on every rank: every rank's allocations that calls used, with the
   // number of the call that used each last and where it lies in its owner's address space, and
   // those that some rank could not map (staged).
@@ -134,7 +128,7 @@ class PeerBuffers {
   std::map<Key, Agreed> agreed_;
   std::set<Key> refused_;
   std::vector<Key> last_used_;  // this rank's mappings of the last call that ran
-  std::vector<std::pair<Mapping, std::shared_ptr<Fence>>> retiring_;
+  std::vector<std::pair<Mapping, std::shared_ptr<MappingFence>>> retiring_;
 };
 
 }  // namespace purlin::snac

@@ -67,4 +67,22 @@ PURLIN_HD ZeroStagingCall zero_staging_view(const ZeroStagingArgs& a, std::uint6
 // peer's CTAs spin on this rank's, so the previous kernel must be gone).
 cudaError_t launch_zero_staging(const ZeroStagingArgs& a, cudaStream_t stream);
 
+// A Send/Recv round's zero-staged messages (ZeroStagingLegs), each in `shares` shares.
+struct ZeroStagingLegArgs {
+  int rank = 0;
+  int nranks = 1;
+  int shares = 1;
+  int count = 0;
+  atom::SmGuard guard{};
+  bool one_gpu = false;
+  std::uint64_t* counters = nullptr;  // [kZeroStagingLegCounters]: this rank's leg call numbers, device
+  const Window* win = nullptr;     // [nranks] channel-0 windows: the peers' fault words
+  std::uint64_t* words[kMaxRanks];  // every rank's leg words as mapped here
+  ZeroStagingLeg legs[kZeroStagingMaxLegs];
+};
+
+// Launches the legs as launch_zero_staging launches a call: `shares` CTAs where this rank moves some
+// message, else one.
+cudaError_t launch_zero_staging_legs(const ZeroStagingLegArgs& a, cudaStream_t stream);
+
 }  // namespace purlin::snac

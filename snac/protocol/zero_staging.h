@@ -259,6 +259,119 @@ PURLIN_HD void zero_staging_move(const Atom& atom, const ZeroStagingCall& z, int
   }
 }
 
+// Send/Recv, message by message. The two ends of a message agree without waiting for each other
+// (the executor's PairBoard): the end that comes first offers its buffer and takes the role `wait`;
+// the other maps that buffer and takes `move`: it copies the message in place, a receiver pulling it
+// out of the sender's input, a sender pushing it into the receiver's output. Each message (a "leg")
+// is cut into `shares` equal shares (alike at both ends), and each share meets on words of its own:
+// the waiting end signals its arrival (its stream is done with the buffer: the input written, or the
+// output free), the moving end waits for that, moves the share and signals done, on which the
+// waiting end leaves. CTA c moves share c; CTA 0 alone signals and awaits every share of the legs
+// this rank waits on, so that a round that only waits holds one CTA. Every CTA signals first, moves
+// second and waits last, so a round's legs never wait on each other.
+//
+// A rank's leg words are [kind][side][peer][share]: kind 0 the arrival, 1 done; side 0 where this
+// rank sends to `peer`, 1 where it receives from it. Its counters [side][peer][share] hold the number
+// of each share's last call, which grows alike at both ends (the same legs in the same order).
+enum class LegRole : std::uint8_t { wait, move };
+
+inline constexpr int kZeroStagingMaxLegs = 2 * (kMaxRanks - 1);
+inline constexpr std::uint64_t kZeroStagingLegWords = 4ull * kMaxRanks * kZeroStagingMaxCtas;
+inline constexpr std::uint64_t kZeroStagingLegCounters = 2ull * kMaxRanks * kZeroStagingMaxCtas;
+
+PURLIN_HD constexpr std::uint64_t zero_staging_leg_word(int kind, int side, int peer, int share) {
+  return ((static_cast<std::uint64_t>(kind) * 2 + static_cast<std::uint64_t>(side)) * kMaxRanks +
+          static_cast<std::uint64_t>(peer)) * kZeroStagingMaxCtas + static_cast<std::uint64_t>(share);
+}
+PURLIN_HD constexpr std::uint64_t zero_staging_leg_counter(int side, int peer, int share) {
+  return (static_cast<std::uint64_t>(side) * kMaxRanks + static_cast<std::uint64_t>(peer)) * kZeroStagingMaxCtas +
+         static_cast<std::uint64_t>(share);
+}
+
+struct ZeroStagingLeg {
+  char* dst = nullptr;        // move: where the message goes (the receiver's output)
+  const char* src = nullptr;  // move: the message (the sender's input)
+  std::uint64_t bytes = 0;
+  std::uint16_t tag = 0;      // what both ends agree on (the message's size)
+  std::uint8_t peer = 0;
+  std::uint8_t side = 0;      // 0: this rank sends, 1: it receives
+  LegRole role = LegRole::wait;
+};
+
+struct ZeroStagingLegs {
+  int rank = 0;
+  int count = 0;
+  int shares = 1;                          // alike on every rank (at most kZeroStagingMaxCtas)
+  const ZeroStagingLeg* legs = nullptr;    // [count]
+  std::uint64_t* const* words = nullptr;   // [nranks]: every rank's leg words as mapped here
+  std::uint64_t* counters = nullptr;       // this rank's [side][peer][share] call numbers
+};
+
+// CTA c's part of a round's legs (c < shares; CTA 0 also does the waiting for all shares).
+template <class Atom>
+  requires atom::AtomCopies<Atom> && atom::AtomFlags<Atom>
+PURLIN_HD Status zero_staging_legs_call(const Atom& atom, const ZeroStagingLegs& z, int c) {
+  const int shares = z.shares, waits = c == 0 ? z.count * shares : 0;
+  const auto counter = [&](int i, int share) {
+    return z.counters + zero_staging_leg_counter(z.legs[i].side, z.legs[i].peer, share);
+  };
+  const auto value = [&](int i, int share) { return atom::flag_word(*counter(i, share) + 1, z.legs[i].tag); };
+  // A leg's word of kind `kind` for a share: the peer's (whose side is the other one) or this rank's.
+  const auto word = [&](int i, int share, int kind, bool peers) {
+    const ZeroStagingLeg& l = z.legs[i];
+    return peers ? z.words[l.peer] + zero_staging_leg_word(kind, 1 - l.side, z.rank, share)
+                 : z.words[z.rank] + zero_staging_leg_word(kind, l.side, l.peer, share);
+  };
+  // Item k of the waiting: leg k / shares, share k % shares, if this rank waits on that leg.
+  const auto waited = [&](int k, int* i, int* share) {
+    *i = k / shares;
+    *share = k % shares;
+    return z.legs[*i].role == LegRole::wait;
+  };
+  const auto moved = [&](int i) { return z.legs[i].role == LegRole::move; };
+  atom.signal_each(waits, [&](int k, std::uint64_t*& w, std::uint64_t& v) {
+    int i = 0, share = 0;
+    if (!waited(k, &i, &share)) return false;
+    w = word(i, share, 0, true);
+    v = value(i, share);
+    return true;
+  });
+  PURLIN_TRY(atom.wait_each(z.count, [&](int i, std::uint64_t*& w, std::uint64_t& v) {
+    if (!moved(i)) return false;
+    w = word(i, c, 0, false);
+    v = value(i, c);
+    return true;
+  }));
+  for (int i = 0; i < z.count; ++i) {
+    if (!moved(i)) continue;
+    std::uint64_t off = 0, len = 0;
+    zero_staging_share(z.legs[i].bytes, c, shares, &off, &len);
+    if (len) atom.copy(z.legs[i].dst + off, z.legs[i].src + off, len);
+  }
+  atom.signal_each(z.count, [&](int i, std::uint64_t*& w, std::uint64_t& v) {
+    if (!moved(i)) return false;
+    w = word(i, c, 1, true);
+    v = value(i, c);
+    return true;
+  });
+  PURLIN_TRY(atom.wait_each(waits, [&](int k, std::uint64_t*& w, std::uint64_t& v) {
+    int i = 0, share = 0;
+    if (!waited(k, &i, &share)) return false;
+    w = word(i, share, 1, false);
+    v = value(i, share);
+    return true;
+  }));
+  // The calls are over: their numbers become the last ones.
+  atom.put_each(waits + z.count, [&](int k, std::uint64_t*& w, std::uint64_t& v) {
+    int i = k - waits, share = c;
+    if (k < waits ? !waited(k, &i, &share) : !moved(i)) return false;
+    w = counter(i, share);
+    v = *w + 1;
+    return true;
+  });
+  return Status::ok;
+}
+
 // One CTA's part of a zero-staging call: arrive, move its share, leave once every peer is done.
 template <class Atom>
   requires atom::AtomCopies<Atom> && atom::AtomFlags<Atom>

@@ -8,7 +8,8 @@
 // Then chains of separate Send/Recv calls that complete only because small sends are buffered
 // (test/common/chains.h), eager and captured.
 //
-// Usage: test_gpu_matrix [--ranks N] [--threads] [--graph] [--quick] [--filter NAME] [--gpus G]
+// Usage: test_gpu_matrix [--ranks N] [--threads] [--graph] [--quick] [--filter NAME] [--gpus G] [--memalloc]
+// --memalloc: the buffers come from ncclMemAlloc (cuMem, as nccl-tests allocates) instead of cudaMalloc.
 // Rank r runs on device r % G; G defaults to 1 (every rank on device 0), 0 means every visible one.
 // --filter NAME runs one collective (AllReduce, Broadcast, ...) or the chains (Chain). Prints "N passed, N failed" (or a
 // skip line when no GPU is usable) and exits non-zero on failure, on an unknown argument, on a
@@ -62,6 +63,7 @@ struct Options {
   bool quick = false;
   std::string filter;
   int gpus = 1;
+  bool memalloc = false;
 };
 
 std::uint64_t mix(std::uint64_t x) { return rng::splitmix(x); }
@@ -535,13 +537,21 @@ void allocate(Rank& R, const Options& o) {
     most = std::max(most, std::max(s, r) * purlin::size_of(c.type) + 4096);
   }
   R.capacity = most;
-  CUDA_OK(cudaMalloc(&R.buf, most));
-  CUDA_OK(cudaMalloc(&R.other, most));
+  const auto alloc = [&](void** p, std::size_t bytes) {
+    if (!o.memalloc) {
+      CUDA_OK(cudaMalloc(p, bytes));
+    } else if (ncclMemAlloc(p, bytes) != ncclSuccess) {
+      std::printf("FAIL rank %d: ncclMemAlloc of %zu bytes\n", R.me, bytes);
+      std::exit(1);
+    }
+  };
+  alloc(reinterpret_cast<void**>(&R.buf), most);
+  alloc(reinterpret_cast<void**>(&R.other), most);
   CUDA_OK(cudaMalloc(&R.scalar, 8));
   std::size_t chain_most = 256;
   if (run_chains(o))
     for (const chains::Chain& c : chain_set(R.n)) chain_most = std::max(chain_most, chain_layout(c, R.me, nullptr));
-  CUDA_OK(cudaMalloc(&R.chain, chain_most));
+  alloc(reinterpret_cast<void**>(&R.chain), chain_most);
 }
 
 void run_rank(Rank& R, const Options& o) {
@@ -583,9 +593,10 @@ int main(int argc, char** argv) {
     else if (a == "--quick") o.quick = true;
     else if (a == "--filter" && i + 1 < argc) o.filter = argv[++i];
     else if (a == "--gpus" && i + 1 < argc) o.gpus = std::atoi(argv[++i]);
+    else if (a == "--memalloc") o.memalloc = true;
     else {
       std::fprintf(stderr, "test_gpu_matrix: bad argument '%s'\nusage: test_gpu_matrix [--ranks N] [--threads] "
-                   "[--graph] [--quick] [--filter NAME] [--gpus G]\n", a.c_str());
+                   "[--graph] [--quick] [--filter NAME] [--gpus G] [--memalloc]\n", a.c_str());
       return 2;
     }
   }

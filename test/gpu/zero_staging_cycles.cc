@@ -13,7 +13,13 @@
 // that a call was staged for want of a mapping (a fresh cudaMalloc allocation where a freed one's
 // mapping is still open is the case CUDA IPC refuses).
 //
-// Usage: test_zero_staging_cycles [--ranks N] [--cycles C] [--count ELEMS] [--eager]
+// With --sendrecv the call is a Send/Recv round instead (messages zero-staged one by one, the end
+// that comes second moving each): each rank sends the first half of its input to the next rank and,
+// with three ranks or more, the second half to the previous one, and receives the halves of its
+// output from them. Messages between processes go in place only from ncclMemAlloc buffers (cuMem);
+// those of the cudaMalloc cycles are staged.
+//
+// Usage: test_zero_staging_cycles [--ranks N] [--cycles C] [--count ELEMS] [--eager] [--sendrecv]
 // Prints "N passed, N failed" (or a skip line without a GPU); exits non-zero on failure.
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -39,7 +45,23 @@ struct Options {
   int cycles = 1000;
   std::size_t count = (1u << 20) / 4 + 3;  // just over 1 MiB of int32: the zero-staging bound
   bool eager = false;
+  bool sendrecv = false;
 };
+
+// The call of a cycle: AllReduce, or the Send/Recv round (send and recv hold 2 * count elements).
+ncclResult_t call(const Options& o, int me, const std::int32_t* send, std::int32_t* recv, ncclComm_t comm,
+                  cudaStream_t stream) {
+  if (!o.sendrecv) return ncclAllReduce(send, recv, o.count, ncclInt32, ncclSum, comm, stream);
+  const int next = (me + 1) % o.ranks, prev = (me + o.ranks - 1) % o.ranks;
+  ncclGroupStart();
+  ncclSend(send, o.count, ncclInt32, next, comm, stream);
+  ncclRecv(recv, o.count, ncclInt32, prev, comm, stream);
+  if (o.ranks >= 3) {
+    ncclSend(send + o.count, o.count, ncclInt32, prev, comm, stream);
+    ncclRecv(recv + o.count, o.count, ncclInt32, next, comm, stream);
+  }
+  return ncclGroupEnd();
+}
 
 // Element i of rank r's input in replay `rep` of cycle `cycle`.
 std::int32_t value(int r, int cycle, int rep, std::size_t i) {
@@ -49,9 +71,10 @@ std::int32_t value(int r, int cycle, int rep, std::size_t i) {
 }
 
 int run_rank(int me, const Options& o, ncclComm_t comm, cudaStream_t stream, int* passed) {
-  const std::size_t bytes = o.count * sizeof(std::int32_t);
+  const std::size_t elems = o.sendrecv ? 2 * o.count : o.count;
+  const std::size_t bytes = elems * sizeof(std::int32_t);
   const std::size_t offset = 4 * 37;  // the buffer starts inside its allocation
-  std::vector<std::int32_t> in(o.count), got(o.count);
+  std::vector<std::int32_t> in(elems), got(elems);
   std::size_t free_early = 0, free_late = 0, total = 0;
   int failed = 0;
   for (int cycle = 0; cycle < o.cycles && !failed; ++cycle) {
@@ -73,7 +96,7 @@ int run_rank(int me, const Options& o, ncclComm_t comm, cudaStream_t stream, int
     cudaGraphExec_t exec = nullptr;
     if (!o.eager) {
       CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      const ncclResult_t e = ncclAllReduce(send, recv, o.count, ncclInt32, ncclSum, comm, stream);
+      const ncclResult_t e = call(o, me, send, recv, comm, stream);
       CUDA_OK(cudaStreamEndCapture(stream, &graph));
       if (e != ncclSuccess) {
         std::printf("FAIL rank %d cycle %d: capture: %s\n", me, cycle, ncclGetErrorString(e));
@@ -82,11 +105,11 @@ int run_rank(int me, const Options& o, ncclComm_t comm, cudaStream_t stream, int
       CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
     }
     for (int rep = 0; rep < 2 && !failed; ++rep) {
-      for (std::size_t i = 0; i < o.count; ++i) in[i] = value(me, cycle, rep, i);
+      for (std::size_t i = 0; i < elems; ++i) in[i] = value(me, cycle, rep, i);
       CUDA_OK(cudaMemsetAsync(recv, 0xA5, bytes, stream));
       CUDA_OK(cudaMemcpyAsync(send, in.data(), bytes, cudaMemcpyHostToDevice, stream));
       if (o.eager) {
-        const ncclResult_t e = ncclAllReduce(send, recv, o.count, ncclInt32, ncclSum, comm, stream);
+        const ncclResult_t e = call(o, me, send, recv, comm, stream);
         if (e != ncclSuccess) {
           std::printf("FAIL rank %d cycle %d: %s\n", me, cycle, ncclGetErrorString(e));
           return 1;
@@ -96,9 +119,16 @@ int run_rank(int me, const Options& o, ncclComm_t comm, cudaStream_t stream, int
       }
       CUDA_OK(cudaMemcpyAsync(got.data(), recv, bytes, cudaMemcpyDeviceToHost, stream));
       CUDA_OK(cudaStreamSynchronize(stream));
-      for (std::size_t i = 0; i < o.count; ++i) {
+      const int next = (me + 1) % o.ranks, prev = (me + o.ranks - 1) % o.ranks;
+      const std::size_t checked = o.sendrecv && o.ranks < 3 ? o.count : elems;
+      for (std::size_t i = 0; i < checked; ++i) {
         std::uint32_t want = 0;  // int32 sums wrap
-        for (int r = 0; r < o.ranks; ++r) want += static_cast<std::uint32_t>(value(r, cycle, rep, i));
+        if (!o.sendrecv)
+          for (int r = 0; r < o.ranks; ++r) want += static_cast<std::uint32_t>(value(r, cycle, rep, i));
+        else if (i < o.count)
+          want = static_cast<std::uint32_t>(value(prev, cycle, rep, i));  // prev's first half
+        else
+          want = static_cast<std::uint32_t>(value(next, cycle, rep, i));  // next's second half
         if (static_cast<std::uint32_t>(got[i]) != want) {
           std::printf("FAIL rank %d cycle %d (%s) replay %d: element %zu is %d, want %d\n", me, cycle,
                       cumem ? "ncclMemAlloc" : "cudaMalloc", rep, i, got[i], static_cast<std::int32_t>(want));
@@ -147,8 +177,9 @@ int main(int argc, char** argv) {
     else if (a == "--cycles" && i + 1 < argc) o.cycles = std::atoi(argv[++i]);
     else if (a == "--count" && i + 1 < argc) o.count = static_cast<std::size_t>(std::atoll(argv[++i]));
     else if (a == "--eager") o.eager = true;
+    else if (a == "--sendrecv") o.sendrecv = true;
     else {
-      std::fprintf(stderr, "usage: test_zero_staging_cycles [--ranks N] [--cycles C] [--count ELEMS] [--eager]\n");
+      std::fprintf(stderr, "usage: test_zero_staging_cycles [--ranks N] [--cycles C] [--count ELEMS] [--eager] [--sendrecv]\n");
       return 2;
     }
   }
@@ -201,7 +232,7 @@ int main(int argc, char** argv) {
       std::ifstream in(f.path());
       for (std::string line; std::getline(in, line);) {
         if (line.find("zero-staging:") == std::string::npos) continue;
-        if (line.find("more peer allocations") != std::string::npos) ++mapped;
+        if (line.find("more peer allocations") != std::string::npos || line.find("Send/Recv buffer") != std::string::npos) ++mapped;
         if (line.find("staged") != std::string::npos) {
           if (staged++ < 3) std::printf("FAIL: %s\n", line.c_str());
         }

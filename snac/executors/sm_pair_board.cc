@@ -152,15 +152,15 @@ Status PairBoard::map_peer(int owner, int owner_side, std::uint64_t q, const Pai
   return Status::ok;
 }
 
-Status PairBoard::meet(int peer, int side, char* buf, std::uint64_t bytes, cudaGraph_t graph, Role* role,
-                       char** peer_buf) {
+Status PairBoard::meet(int peer, int side, char* buf, std::uint64_t bytes, bool may_wait, double patience_s,
+                       cudaGraph_t graph, Role* role, char** peer_buf) {
   *role = Role::staged;
   *peer_buf = nullptr;
   take_returns();
   reap();
   const bool same_process = pids_[static_cast<std::size_t>(peer)] == pid_;
   cuda::BufferShare share;
-  if (!same_process) PURLIN_TRY(cuda::describe_buffer(buf, bytes, &share));
+  if (!same_process && may_wait) PURLIN_TRY(cuda::describe_buffer(buf, bytes, &share));
   PairHeld& sent = sent_[static_cast<std::size_t>(side) * static_cast<std::size_t>(nranks_) + static_cast<std::size_t>(peer)];
   Status posted = Status::ok;
   PairOffer offered;  // this rank's offer, as prepare wrote it
@@ -168,7 +168,9 @@ Status PairBoard::meet(int peer, int side, char* buf, std::uint64_t bytes, cudaG
     o->bytes = bytes;
     o->ptr = reinterpret_cast<std::uint64_t>(buf);
     o->pid = pid_;
-    if (same_process) {
+    if (!may_wait) {
+      // Staged: the other end follows.
+    } else if (same_process) {
       o->direct = 1;
     } else if (share.kind == cuda::ShareKind::vmm_fd) {
       o->id = share.id;
@@ -190,7 +192,8 @@ Status PairBoard::meet(int peer, int side, char* buf, std::uint64_t bytes, cudaG
   bool first = false, prepared = false;
   PairOffer other;
   std::uint64_t q = 0;
-  PURLIN_TRY(slots_->meet(peer, side, prepare, [this] { return boot_->stopped(); }, &first, &other, &prepared, &q));
+  PURLIN_TRY(slots_->meet(peer, side, prepare, [this] { return boot_->stopped(); }, &first, &other, &prepared, &q,
+                             may_wait ? 0.0 : patience_s));
   PURLIN_TRY(posted);
   if (first) {
     // This rank's offer is final. A descriptor it posted, had it come second, waits at the peer

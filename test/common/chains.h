@@ -124,6 +124,17 @@ inline Chain deep_chain(int nranks, std::size_t depth = kBufferedDepth) {
   return c;
 }
 
+// Two ranks swap messages of `count` elements in separate calls, each sending before it receives:
+// NCCL completes it where a send of that size finishes into its buffers (1 MiB: 8 of them do,
+// 4 MiB: 2). The model grants buffering only up to kBufferedBytes, so it is not generated.
+inline Chain swap_chain(int nranks, std::size_t count) {
+  Chain c(static_cast<std::size_t>(nranks));
+  if (nranks < 2) return c;
+  c[0] = {{true, 1, count, 0}, {false, 1, count, 1}};
+  c[1] = {{true, 0, count, 1}, {false, 0, count, 0}};
+  return c;
+}
+
 // A random chain among `nranks` ranks that the model completes: 4 to 12 messages between distinct
 // ranks, each of 300 elements (the latency path), 64 KiB (staged, buffered) or 8 MiB (more than a
 // ring holds: it meets its receive).

@@ -5,7 +5,7 @@
 // host datapath's own arithmetic (scale_host, reduce_host), so a pass means bit-identical to the host
 // datapath. PreMulSum gives every rank a scalar of its own: host-immediate, or in device memory
 // (ncclScalarDevice), rewritten before every replay of a captured graph, which must read it anew.
-// Then chains of separate Send/Recv calls that complete only because small sends are buffered
+// Then chains of separate Send/Recv calls that complete only because sends are buffered
 // (test/common/chains.h), eager and captured.
 //
 // Usage: test_gpu_matrix [--ranks N] [--threads] [--graph] [--quick] [--filter NAME] [--gpus G] [--memalloc]
@@ -442,6 +442,9 @@ std::vector<chains::Chain> chain_set(int n) {
   if (n >= 4) out.push_back(chains::readme_chain(n));
   if (n >= 3) out.push_back(chains::two_buffered_chain(n));
   if (n >= 2) out.push_back(chains::deep_chain(n));
+  // Sends of 1 and 4 MiB posted before their receives, as NCCL's buffers let finish.
+  if (n >= 2) out.push_back(chains::swap_chain(n, (std::size_t{1} << 20) / 4));
+  if (n >= 2) out.push_back(chains::swap_chain(n, (std::size_t{4} << 20) / 4));
   for (std::uint64_t seed = 1, found = 0; n >= 2 && found < 3 && seed < 1000; ++seed) {
     chains::Chain c = chains::random_chain(seed, n);
     if (!chains::needs_buffering(c)) continue;

@@ -15,6 +15,19 @@
 
 namespace purlin::snac {
 
+// While the calling thread captures a graph, the driver calls of mapping and the fences' queries are
+// not stream work: relaxed capture mode lets them run.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 // An event recorded on a stream after the calls that used some mappings.
 struct MappingFence {
   cudaEvent_t event = nullptr;

@@ -27,7 +27,7 @@ PairSlots::Slot* PairSlots::slot(int sender, int receiver, std::uint64_t q) cons
 
 Status PairSlots::meet(int peer, int side, const std::function<void(PairOffer*, std::uint64_t)>& prepare,
                        const std::function<bool()>& stop, bool* first, PairOffer* other, bool* prepared,
-                       std::uint64_t* message, double patience_s) {
+                       std::uint64_t* message) {
   *first = false;
   *prepared = false;
   std::uint64_t& next = next_[static_cast<std::size_t>(side) * static_cast<std::size_t>(nranks_) +
@@ -52,15 +52,6 @@ Status PairSlots::meet(int peer, int side, const std::function<void(PairOffer*, 
       return fail(Status::remote_error,
                   fmt::format("rank {}: rank {} did not reach its Send/Recv message {} messages behind this rank's within "
                               "{} s", rank_, peer, kDepth, timeout_s_));
-  }
-  if (!(seen & theirs) && patience_s > 0) {
-    const Clock::time_point until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                       std::chrono::duration<double>(patience_s));
-    for (std::uint32_t spins = 0; !(seen & theirs); ++spins, seen = state.load(std::memory_order_acquire)) {
-      if (spins < 64) continue;
-      if (Clock::now() >= until) break;
-      std::this_thread::yield();
-    }
   }
   for (;;) {
     if (seen & theirs) {

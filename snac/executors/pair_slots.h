@@ -47,12 +47,10 @@ class PairSlots {
   // writes this rank's offer for message q (of the pair and side, from 0), at most once, and only
   // while the other end has not come yet. *first: this rank came first (its offer is final);
   // otherwise *other is the other end's offer. *prepared: prepare ran. Fails after the timeout (a
-  // peer kDepth messages behind), or once `stop` returns true. With `patience_s`, an end that finds
-  // the other not there yet gives it that long to come before it offers (an end that would stage the
-  // message if it came first waits a bounded while for the chance to come second).
+  // peer kDepth messages behind), or once `stop` returns true.
   Status meet(int peer, int side, const std::function<void(PairOffer*, std::uint64_t)>& prepare,
               const std::function<bool()>& stop, bool* first, PairOffer* other, bool* prepared,
-              std::uint64_t* message = nullptr, double patience_s = 0);
+              std::uint64_t* message = nullptr);
 
  private:
   struct Slot;

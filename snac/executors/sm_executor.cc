@@ -316,8 +316,12 @@ class SmExecutor final : public Executor {
     *any = false;
     *aside = false;
     const int n = xargs_.nranks, me = xargs_.rank;
-    const std::uint64_t least = policy_.zero_staging_min_bytes;
-    if (!least || op.ragged || static_cast<int>(op.in.size()) != n || static_cast<int>(op.out.size()) != n) return Status::ok;
+    // Only messages the staged path could not buffer: a send whose receive is posted later must still
+    // finish as NCCL's do (NCCL buffers some 8 MiB per pair), and an end in place depends on its
+    // peer's stream reaching the message, whether it waits or moves.
+    if (!policy_.zero_staging_min_bytes) return Status::ok;
+    const std::uint64_t least = std::max(policy_.zero_staging_min_bytes, 2 * policy_.staging_half + 1);
+    if (op.ragged || static_cast<int>(op.in.size()) != n || static_cast<int>(op.out.size()) != n) return Status::ok;
     bool some = false;
     for (int p = 0; p < n; ++p)
       some = some || (p != me && (op.in[p].bytes >= least || op.out[p].bytes >= least));
@@ -338,8 +342,7 @@ class SmExecutor final : public Executor {
     int moved = 0;
     std::uint64_t largest = 0;
     // Receives first: a rank that offers its outputs before its inputs is more often the end that
-    // waits on its receives and moves its sends (a send that comes first is mostly staged), and the
-    // ranks' copies spread evenly.
+    // waits on its receives and moves its sends, so that the ranks' copies spread evenly.
     for (int side : {1, 0}) {
       for (int k = 1; k < n; ++k) {
         const int p = (me + k) % n;
@@ -347,13 +350,7 @@ class SmExecutor final : public Executor {
         if (part.bytes < least) continue;
         PairBoard::Role role = PairBoard::Role::staged;
         char* theirs = nullptr;
-        // A send the staged path would let finish before its receive is posted (its bytes fit the
-        // pair's two staging halves) must not wait for the receiver: coming first, it is staged.
-        // It first gives the receiver a bounded while to come (kSendPatience), longer when captured,
-        // where the host's time is spent once for every replay.
-        const bool may_wait = side == 1 || part.bytes > 2 * policy_.staging_half;
-        PURLIN_TRY(board_->meet(p, side, part.ptr, part.bytes, may_wait,
-                                graph ? kSendPatienceCaptured : kSendPatience, graph, &role, &theirs));
+        PURLIN_TRY(board_->meet(p, side, part.ptr, part.bytes, graph, &role, &theirs));
         if (role == PairBoard::Role::staged) continue;
         ZeroStagingLeg& l = a.legs[a.count++];
         l.peer = static_cast<std::uint8_t>(p);
@@ -394,11 +391,6 @@ class SmExecutor final : public Executor {
     PURLIN_TRY(cuda::check(launch_zero_staging_legs(a, on), "launching the zero-staging legs kernel"));
     return captured ? Status::ok : board_->launched(on);
   }
-
-  // How long a send that would be staged if it came first waits on the host for its receiver to
-  // come (zero_staging_legs): outside graphs, and while captured.
-  static constexpr double kSendPatience = 20e-6;
-  static constexpr double kSendPatienceCaptured = 2e-3;
 
   // The caller's stream waits for the legs' kernel launched aside (zero_staging_legs).
   Status join_legs(bool aside, cudaStream_t stream) {

@@ -152,25 +152,23 @@ Status PairBoard::map_peer(int owner, int owner_side, std::uint64_t q, const Pai
   return Status::ok;
 }
 
-Status PairBoard::meet(int peer, int side, char* buf, std::uint64_t bytes, bool may_wait, double patience_s,
-                       cudaGraph_t graph, Role* role, char** peer_buf) {
+Status PairBoard::meet(int peer, int side, char* buf, std::uint64_t bytes, cudaGraph_t graph, Role* role,
+                       char** peer_buf) {
+  RelaxedCapture relaxed;  // events are queried and mappings made while the thread may be capturing
   *role = Role::staged;
   *peer_buf = nullptr;
   take_returns();
   reap();
   const bool same_process = pids_[static_cast<std::size_t>(peer)] == pid_;
   cuda::BufferShare share;
-  if (!same_process && may_wait) PURLIN_TRY(cuda::describe_buffer(buf, bytes, &share));
+  if (!same_process) PURLIN_TRY(cuda::describe_buffer(buf, bytes, &share));
   PairHeld& sent = sent_[static_cast<std::size_t>(side) * static_cast<std::size_t>(nranks_) + static_cast<std::size_t>(peer)];
-  Status posted = Status::ok;
   PairOffer offered;  // this rank's offer, as prepare wrote it
   const auto prepare = [&](PairOffer* o, std::uint64_t q) {
     o->bytes = bytes;
     o->ptr = reinterpret_cast<std::uint64_t>(buf);
     o->pid = pid_;
-    if (!may_wait) {
-      // Staged: the other end follows.
-    } else if (same_process) {
+    if (same_process) {
       o->direct = 1;
     } else if (share.kind == cuda::ShareKind::vmm_fd) {
       o->id = share.id;
@@ -180,9 +178,11 @@ Status PairBoard::meet(int peer, int side, char* buf, std::uint64_t bytes, bool 
       if (sent.has(share.id)) {
         o->direct = 1;
       } else if (cuda::vmm_export_buffer_fd(share.base, &fd) == Status::ok) {
+        // A descriptor that cannot be sent leaves the message staged.
         bool ok = false;
-        posted = mailbox_->post(rank_, fd, q << 1 | static_cast<std::uint64_t>(side),
-                                boxes_[static_cast<std::size_t>(peer)], &ok);
+        if (mailbox_->post(rank_, fd, q << 1 | static_cast<std::uint64_t>(side), boxes_[static_cast<std::size_t>(peer)],
+                           &ok) != Status::ok)
+          ok = false;
         ::close(fd);
         o->fd_sent = o->direct = ok ? 1 : 0;
       }
@@ -192,9 +192,7 @@ Status PairBoard::meet(int peer, int side, char* buf, std::uint64_t bytes, bool 
   bool first = false, prepared = false;
   PairOffer other;
   std::uint64_t q = 0;
-  PURLIN_TRY(slots_->meet(peer, side, prepare, [this] { return boot_->stopped(); }, &first, &other, &prepared, &q,
-                             may_wait ? 0.0 : patience_s));
-  PURLIN_TRY(posted);
+  PURLIN_TRY(slots_->meet(peer, side, prepare, [this] { return boot_->stopped(); }, &first, &other, &prepared, &q));
   if (first) {
     // This rank's offer is final. A descriptor it posted, had it come second, waits at the peer
     // until the peer's next message on this side drops it.

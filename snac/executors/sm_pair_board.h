@@ -2,9 +2,8 @@
 // (pair_slots.h) without waiting for each other, and the end that comes second maps the first one's
 // buffer here and moves the message in place (snac/protocol/zero_staging.h, legs).
 //
-// The end that comes first decides alone: it waits in place where it may (the executor lets a
-// sender wait only with a message too large for the staged path to buffer, so that a send whose
-// receive is posted later still finishes as NCCL's does) and the other end can reach its buffer (a rank of this process, or cuMem memory that exports a descriptor, which it posts to the
+// The end that comes first decides alone: it waits in place where the other end can reach its
+// buffer (a rank of this process, or cuMem memory that exports a descriptor, which it posts to the
 // other end's mailbox before it offers the buffer unless that end still holds the allocation, as
 // PairHeld tells), and stages the message otherwise; the other end follows. Both ends stage alike,
 // so the staged path's own pairing of messages is unchanged. Legacy CUDA IPC buffers (cudaMalloc)
@@ -44,11 +43,8 @@ class PairBoard {
   enum class Role { staged, wait, move };
   // This rank's message with `peer` on `side` (0: sends `buf`, 1: receives into it), `bytes` long,
   // captured into `graph` or not (null). *role: staged, wait (the peer moves it), or move, with the
-  // peer's buffer as mapped here in *peer_buf. Without `may_wait`, an end that comes first stages
-  // the message rather than wait for the other (a send that NCCL would let finish into its buffers
-  // before the receive is posted); it first gives the other end `patience_s` to come.
-  Status meet(int peer, int side, char* buf, std::uint64_t bytes, bool may_wait, double patience_s, cudaGraph_t graph,
-              Role* role, char** peer_buf);
+  // peer's buffer as mapped here in *peer_buf.
+  Status meet(int peer, int side, char* buf, std::uint64_t bytes, cudaGraph_t graph, Role* role, char** peer_buf);
   // The calls that meet() let move outside graphs were launched on `stream`: their mappings are kept
   // until they complete.
   Status launched(cudaStream_t stream);

@@ -48,17 +48,6 @@ Status describe(const void* ptr, std::uint64_t bytes, Side* s) {
   return Status::ok;
 }
 
-// While the calling thread captures a graph, the driver calls of mapping are not stream work:
-// relaxed capture mode lets them run.
-class RelaxedCapture {
- public:
-  RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode_); }
-  ~RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode_); }
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-};
-
 }  // namespace
 
 struct PeerBuffers::Offer {

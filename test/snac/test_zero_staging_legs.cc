@@ -281,31 +281,3 @@ TEST_CASE("rounds of messages in place give every receiver its message", "[zero_
     }
   }
 }
-
-TEST_CASE("an end with patience comes second when the other comes within it, first otherwise", "[zero_staging_legs]") {
-  for (const bool in_time : {true, false}) {
-    std::vector<u64> mem = board_for(2);
-    bool sender_first = false, receiver_first = false;
-    std::thread receiver([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(in_time ? 20 : 300));
-      PairSlots slots(aligned(mem), 1, 2, 5.0);
-      bool prepared = false;
-      PairOffer other;
-      REQUIRE(slots.meet(0, 1, [](PairOffer* o, u64) { o->ptr = 2; }, {}, &receiver_first, &other, &prepared) ==
-              Status::ok);
-    });
-    PairSlots slots(aligned(mem), 0, 2, 5.0);
-    bool prepared = false;
-    PairOffer other;
-    const auto t0 = std::chrono::steady_clock::now();
-    REQUIRE(slots.meet(1, 0, [](PairOffer* o, u64) { o->ptr = 1; }, {}, &sender_first, &other, &prepared, nullptr,
-                       in_time ? 2.0 : 0.05) == Status::ok);
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    receiver.join();
-    INFO("in time " << in_time << " waited " << waited);
-    CHECK(sender_first == !in_time);
-    CHECK(receiver_first == in_time);
-    if (in_time) CHECK(other.ptr == 2);
-    else CHECK(waited < 0.25);  // gave up after its patience, well before the receiver came
-  }
-}

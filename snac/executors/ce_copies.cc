@@ -21,4 +21,14 @@ Status run_ce_copies(ZeroStagingArgs a, cudaStream_t stream) {
   return cuda::check(launch_zero_staging(a, stream), "launching the copy engines' done barrier");
 }
 
+Status run_ce_legs(ZeroStagingLegArgs a, cudaStream_t stream) {
+  a.phase = ZeroStagingPhase::arrive;
+  PURLIN_TRY(cuda::check(launch_zero_staging_legs(a, stream), "launching the copy engines' arrival of the legs"));
+  const atom::CeAtom ce(stream);
+  for (int i = 0; i < a.count; ++i)
+    if (a.legs[i].role == LegRole::move) PURLIN_TRY(ce.copy(a.legs[i].dst, a.legs[i].src, a.legs[i].bytes));
+  a.phase = ZeroStagingPhase::leave;
+  return cuda::check(launch_zero_staging_legs(a, stream), "launching the copy engines' end of the legs");
+}
+
 }  // namespace purlin::snac

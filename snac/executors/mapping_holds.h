@@ -63,7 +63,8 @@ struct MappingReturns {
   }
 };
 
-// Makes `graph` hold `keys` until it is destroyed, when they go to `returns`.
+// Makes `graph` hold `keys` until it is destroyed, when they go to `returns` (at once where the graph
+// cannot hold them, with the failure).
 template <class Key>
 Status hold_in_graph(cudaGraph_t graph, const std::shared_ptr<MappingReturns<Key>>& returns, std::vector<Key> keys) {
   struct Hold {
@@ -85,10 +86,18 @@ Status hold_in_graph(cudaGraph_t graph, const std::shared_ptr<MappingReturns<Key
                                    1, cudaUserObjectNoDestructorSync),
                                "cudaUserObjectCreate");
   if (s != Status::ok) {
+    // Not held: the keys go back at once, as a destroyed graph's would.
+    {
+      std::lock_guard<std::mutex> lock(returns->mu);
+      returns->keys.insert(returns->keys.end(), hold->keys.begin(), hold->keys.end());
+    }
     delete hold;
     return s;
   }
-  return cuda::check(cudaGraphRetainUserObject(graph, obj, 1, cudaGraphUserObjectMove), "cudaGraphRetainUserObject");
+  const Status r = cuda::check(cudaGraphRetainUserObject(graph, obj, 1, cudaGraphUserObjectMove), "cudaGraphRetainUserObject");
+  // Not held by the graph: the reference is still ours, and releasing it gives the keys back now.
+  if (r != Status::ok) cudaUserObjectRelease(obj, 1);
+  return r;
 }
 
 }  // namespace purlin::snac

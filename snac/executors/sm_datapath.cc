@@ -8,6 +8,7 @@
 #include "core/cuda_probe.h"
 #include "core/log.h"
 #include "snac/executors/datapaths.h"
+#include "snac/protocol/pair_exchange.h"
 
 namespace purlin::snac {
 namespace {
@@ -40,6 +41,16 @@ constexpr std::uint64_t kStagingBudget = 256ull << 20;
 constexpr std::uint64_t kExchangeBudget = 32ull << 20;
 constexpr std::uint64_t kExchangeMaxBytes = 256ull << 10;
 constexpr std::uint64_t kExchangeChannelBytes = 2ull << 10;
+// Send/Recv messages up to this size take the pair exchange (its boxes on one rank, every channel and
+// kDepth per producer, stay within kPairBudget). nccl-tests sendrecv_perf, bf16, graph, one H200, us
+// per call, the pair exchange against the staged path (perf/results/2026-12-04-h200-sendrecv-ce/):
+// 2 ranks 9.3 against 18.7 at 512 KiB, 15.0 / 21.4 at 1 MiB, 23.9 / 26.9 at 2 MiB; 4 ranks 16.4 /
+// 22.9 at 512 KiB but 29.1 / 26.8 at 1 MiB; 8 ranks 34.4 / 35.7 at 512 KiB, not worth the boxes'
+// doubled memory (and 256 KiB level).
+constexpr std::uint64_t pair_max_bytes(int nranks) {
+  return nranks <= 2 ? 2ull << 20 : nranks <= 4 ? 512ull << 10 : 256ull << 10;
+}
+constexpr std::uint64_t kPairBudget = 64ull << 20;
 constexpr int kExchangeCtas = 128;
 // Exchange CTAs one multiprocessor holds (the kernel's __launch_bounds__, snac/executors/
 // sm_exchange_kernel.cuh). With programmatic dependent launch a rank has two exchange kernels
@@ -60,6 +71,10 @@ constexpr int kZeroStagingCtas = 128;
 // ranks share a GPU (derive()).
 constexpr std::uint64_t kCeCopyMinBytes8 = 256ull << 20;
 constexpr std::uint64_t kCeCopyMinBytes2 = 64ull << 20;
+// Send/Recv messages moved in place go to the copy engines from these sizes where 4 or more, or 2
+// and 3, ranks share a GPU (derive()).
+constexpr std::uint64_t kCeSendRecvMinBytes4 = 64ull << 20;
+constexpr std::uint64_t kCeSendRecvMinBytes2 = 256ull << 20;
 
 // A channel per 4 KiB of a call: of 4, 8 and 16 KiB it was the fastest or level at every size from
 // 1 to 256 KiB and every collective on one H200 (2 and 8 ranks) and on two (one rank each), e.g.
@@ -137,18 +152,24 @@ void derive(const Regime& r, int wanted, Policy* p) {
   // (copies in pieces of at most atom::kCePieceBytes) from 64 MiB too: AlltoAll 1 GiB 1.01 ms against
   // 1.09, Gather 0.51 against 0.55, at 64 MiB within 1% or faster, at 16 MiB 13-18% slower. Not
   // AllGather or Broadcast: the engines read the input once per destination where the SM path reads
-  // it once for all (0.55-0.56 of the copy roofline against 0.86 with 8 ranks). Ranks each on a GPU
-  // of their own: not measured, SMs.
+  // it once for all (0.55-0.56 of the copy roofline against 0.86 with 8 ranks). Send/Recv's moved
+  // messages (perf/results/2026-12-04-h200-sendrecv-ce/, nccl-tests sendrecv_perf, share of the copy
+  // roofline, engines against SMs, graph and eager): 8 ranks from 64 MiB (64 MiB 0.90 against
+  // 0.84 and 0.81, 1 GiB 1.00 and 0.99 against 0.89 and 0.91), 4 ranks from 64 MiB (graph 0.86
+  // against 0.75, eager level at 0.85; 1 GiB 0.99 against 0.80), 2 ranks from 256 MiB (0.93 against
+  // 0.87; at 64 MiB 0.78 and 0.75 against 0.80 and 0.81). Ranks each on a GPU of their own: not
+  // measured, SMs.
   if (c.ce_min_bytes) {
     p->ce_all_gather_min_bytes = p->ce_all_to_all_min_bytes = p->ce_broadcast_min_bytes =
-        p->ce_gather_scatter_min_bytes = c.ce_min_bytes;
+        p->ce_gather_scatter_min_bytes = p->ce_send_recv_min_bytes = c.ce_min_bytes;
   } else if (!c.ce_disabled) {
     p->ce_all_to_all_min_bytes = p->ce_gather_scatter_min_bytes =
         sharing >= 8 ? kCeCopyMinBytes8 : sharing >= 2 ? kCeCopyMinBytes2 : 0;
+    p->ce_send_recv_min_bytes = sharing >= 4 ? kCeSendRecvMinBytes4 : sharing >= 2 ? kCeSendRecvMinBytes2 : 0;
   }
   if (!p->zero_staging_min_bytes)
     p->ce_all_gather_min_bytes = p->ce_all_to_all_min_bytes = p->ce_broadcast_min_bytes =
-        p->ce_gather_scatter_min_bytes = 0;
+        p->ce_gather_scatter_min_bytes = p->ce_send_recv_min_bytes = 0;
   p->exchange_poll_ns = c.exchange_poll_ns >= 0 ? static_cast<unsigned>(c.exchange_poll_ns) : 0;
   // A box holds one channel's slice of the largest message, as LL packets (16 bytes per 8).
   const std::uint64_t boxes =
@@ -157,6 +178,13 @@ void derive(const Regime& r, int wanted, Policy* p) {
   p->exchange_channel_bytes = std::min(p->exchange_channel_bytes, slice_fit);
   p->exchange_max_bytes = std::min(p->exchange_max_bytes, slice_fit * static_cast<std::uint64_t>(p->exchange_channels));
   if (r.nranks < 2) p->exchange_max_bytes = 0;
+  // The pair exchange's boxes are its own: one channel's slice of its largest message each.
+  if (p->exchange_max_bytes) {
+    const std::uint64_t pair_all = pair_boxes(r.nranks) * static_cast<std::uint64_t>(p->exchange_channels);
+    const std::uint64_t pair_fit = (kPairBudget / pair_all / 2) & ~std::uint64_t{15};
+    p->pair_max_bytes = std::min(c.exchange_max_bytes ? c.exchange_max_bytes : pair_max_bytes(r.nranks),
+                                 pair_fit * static_cast<std::uint64_t>(p->exchange_channels));
+  }
   if (!c.staging_bytes) {
     const std::uint64_t fit =
         (kStagingBudget / (2ull * static_cast<std::uint64_t>(std::max(p->workers, 1)))) & ~((64ull << 10) - 1);

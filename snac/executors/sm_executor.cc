@@ -92,10 +92,15 @@ class SmExecutor final : public Executor {
                         static_cast<std::uint64_t>(policy_.exchange_channels);
     }
     // The pair exchange's boxes and ack words follow (Send/Recv rounds, snac/protocol/pair_exchange.h),
-    // boxes of the exchange's size, kDepth per producer and channel.
+    // kDepth boxes per producer and channel, each holding a channel's slice of the largest message it
+    // takes.
     pair_off_ = exchange_off_ + exchange_bytes_;
-    if (exchange_bytes_ && n <= kPairMaxRanks) {
-      pair_bytes_ = sizeof(atom::LLPacket) * box_packets_ * pair_boxes(n) * static_cast<std::uint64_t>(policy_.exchange_channels);
+    if (policy_.pair_max_bytes && n <= kPairMaxRanks) {
+      const std::uint64_t most = policy_.pair_max_bytes;
+      const std::uint64_t share = (std::min(policy_.exchange_channel_bytes, most) + 15) / 16 * 16;
+      const int chs = pair_channels(most, policy_.exchange_channel_bytes, policy_.exchange_channels);
+      pair_box_packets_ = atom::ll_packets(std::max(share, exchange_slice(Part{nullptr, most}, 0, chs).bytes));
+      pair_bytes_ = sizeof(atom::LLPacket) * pair_box_packets_ * pair_boxes(n) * static_cast<std::uint64_t>(policy_.exchange_channels);
       acks_off_ = pair_off_ + pair_bytes_;
       pair_bytes_ += sizeof(std::uint64_t) * static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(policy_.exchange_channels);
     }
@@ -340,7 +345,8 @@ class SmExecutor final : public Executor {
     for (int r = 0; r < n; ++r) a.words[r] = leg_words_[r];
     *rest = op;
     int moved = 0;
-    std::uint64_t largest = 0;
+    bool agreed = true;  // every moved message's ends gave the same size
+    std::uint64_t largest = 0, least_moved = ~std::uint64_t{0};
     // Receives first: a rank that offers its outputs before its inputs is more often the end that
     // waits on its receives and moves its sends, so that the ranks' copies spread evenly.
     for (int side : {1, 0}) {
@@ -350,17 +356,23 @@ class SmExecutor final : public Executor {
         if (part.bytes < least) continue;
         PairBoard::Role role = PairBoard::Role::staged;
         char* theirs = nullptr;
-        PURLIN_TRY(board_->meet(p, side, part.ptr, part.bytes, graph, &role, &theirs));
+        std::uint64_t their_bytes = 0;
+        PURLIN_TRY(board_->meet(p, side, part.ptr, part.bytes, graph, &role, &theirs, &their_bytes));
         if (role == PairBoard::Role::staged) continue;
         ZeroStagingLeg& l = a.legs[a.count++];
         l.peer = static_cast<std::uint8_t>(p);
         l.side = static_cast<std::uint8_t>(side);
-        l.bytes = part.bytes;
+        // Never more than either end gave (the tags tell ends that disagree apart, and stop them).
+        l.bytes = std::min(part.bytes, their_bytes);
         l.tag = static_cast<std::uint16_t>((part.bytes * 0x9e3779b97f4a7c15ull) >> 48);
         l.role = role == PairBoard::Role::move ? LegRole::move : LegRole::wait;
         l.dst = side == 0 ? theirs : part.ptr;
         l.src = side == 0 ? part.ptr : theirs;
-        moved += role == PairBoard::Role::move ? 1 : 0;
+        if (role == PairBoard::Role::move) {
+          ++moved;
+          least_moved = std::min(least_moved, part.bytes);
+          agreed = agreed && their_bytes == part.bytes;
+        }
         largest = std::max(largest, part.bytes);
         part = Part{nullptr, 0};
       }
@@ -372,11 +384,17 @@ class SmExecutor final : public Executor {
     last_local_.store(false, std::memory_order_relaxed);
     last_exchange_.store(false, std::memory_order_relaxed);
     last_zero_staging_.store(true, std::memory_order_relaxed);
-    last_ce_.store(false, std::memory_order_relaxed);
+    // The moved messages go to the copy engines where each is within the policy's bound; the end that
+    // waits cannot tell. Not where two ends gave different sizes: the engines' copies are queued
+    // whatever the arrival finds, where the SM form stops at the tags' mismatch before moving a byte.
+    const bool ce = moved && agreed && policy_.ce_send_recv_min_bytes && least_moved >= policy_.ce_send_recv_min_bytes;
+    last_ce_.store(ce, std::memory_order_relaxed);
     last_kind_.store(op.kind, std::memory_order_relaxed);
-    last_channels_.store(moved ? a.shares : 1, std::memory_order_relaxed);
-    log::info(log::kColl, "zero-staging: rank {} SendRecv of {} messages (largest {} B) {} in place on {} CTAs, moving {}{}",
-              me, a.count, largest, captured ? "captured" : "eager", moved ? a.shares : 1, moved, *aside ? ", beside the round's other messages" : "");
+    last_channels_.store(moved && !ce ? a.shares : 1, std::memory_order_relaxed);
+    log::info(log::kColl, "zero-staging: rank {} SendRecv of {} messages (largest {} B) {} in place on {}, moving {}{}",
+              me, a.count, largest, captured ? "captured" : "eager",
+              ce ? std::string("the copy engines") : fmt::format("{} CTAs", moved ? a.shares : 1), moved,
+              *aside ? ", beside the round's other messages" : "");
     cudaStream_t on = stream;
     if (*aside) {
       if (!side_) {
@@ -388,7 +406,8 @@ class SmExecutor final : public Executor {
       PURLIN_TRY(cuda::check(cudaStreamWaitEvent(side_, fork_, 0), "cudaStreamWaitEvent"));
       on = side_;
     }
-    PURLIN_TRY(cuda::check(launch_zero_staging_legs(a, on), "launching the zero-staging legs kernel"));
+    if (ce) PURLIN_TRY(run_ce_legs(a, on));
+    else PURLIN_TRY(cuda::check(launch_zero_staging_legs(a, on), "launching the zero-staging legs kernel"));
     return captured ? Status::ok : board_->launched(on);
   }
 
@@ -717,9 +736,9 @@ class SmExecutor final : public Executor {
   // Whether a Send/Recv message of `bytes` takes the pair exchange: every slice fits a box. Both ends
   // of a message decide alike from its size.
   bool pair_fits(std::uint64_t bytes) const {
-    if (bytes == 0 || bytes > policy_.exchange_max_bytes) return false;
+    if (bytes == 0 || bytes > policy_.pair_max_bytes || !pair_bytes_) return false;
     const int chs = pair_channels(bytes, policy_.exchange_channel_bytes, policy_.exchange_channels);
-    return exchange_slice(Part{nullptr, bytes}, 0, chs).bytes <= box_packets_ * 8;
+    return exchange_slice(Part{nullptr, bytes}, 0, chs).bytes <= pair_box_packets_ * 8;
   }
 
   // Launches the pair exchange for the messages of Send/Recv round `op` that fit it (*any: there
@@ -731,7 +750,7 @@ class SmExecutor final : public Executor {
     PairArgs a;
     a.rank = me;
     a.nranks = n;
-    a.box_packets = box_packets_;
+    a.box_packets = pair_box_packets_;
     a.pbox = pbox_dev_;
     a.acks = acks_dev_;
     a.sent = pair_sent_;
@@ -939,7 +958,7 @@ class SmExecutor final : public Executor {
   char* scratch_ = nullptr;
   std::uint64_t scratch_bytes_ = 0;
   unsigned* done_ = nullptr;
-  std::uint64_t exchange_off_ = 0, exchange_bytes_ = 0, box_packets_ = 0;
+  std::uint64_t exchange_off_ = 0, exchange_bytes_ = 0, box_packets_ = 0, pair_box_packets_ = 0;
   atom::LLPacket** inbox_dev_ = nullptr;
   std::uint64_t* stamps_ = nullptr;
   std::uint64_t* zs_stamps_ = nullptr;  // zero-staging's stamps (PURLIN_STAMPS)

@@ -146,17 +146,17 @@ Status PairBoard::map_peer(int owner, int owner_side, std::uint64_t q, const Pai
     last_used_.push_back(key);
     return Status::ok;
   }
-  // The graph holds the mapping until it is destroyed.
-  PURLIN_TRY(hold_in_graph(graph, returns_, std::vector<Key>{key}));
+  // The graph holds the mapping until it is destroyed (counted first: a hold that fails returns it).
   ++it->second.graphs;
-  return Status::ok;
+  return hold_in_graph(graph, returns_, std::vector<Key>{key});
 }
 
 Status PairBoard::meet(int peer, int side, char* buf, std::uint64_t bytes, cudaGraph_t graph, Role* role,
-                       char** peer_buf) {
+                       char** peer_buf, std::uint64_t* peer_bytes) {
   RelaxedCapture relaxed;  // events are queried and mappings made while the thread may be capturing
   *role = Role::staged;
   *peer_buf = nullptr;
+  *peer_bytes = bytes;
   take_returns();
   reap();
   const bool same_process = pids_[static_cast<std::size_t>(peer)] == pid_;
@@ -204,6 +204,7 @@ Status PairBoard::meet(int peer, int side, char* buf, std::uint64_t bytes, cudaG
   }
   if (!other.direct) return Status::ok;
   *role = Role::move;
+  *peer_bytes = other.bytes;
   if (other.pid == pid_) {
     *peer_buf = reinterpret_cast<char*>(static_cast<std::uintptr_t>(other.ptr));
     return Status::ok;

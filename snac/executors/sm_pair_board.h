@@ -43,8 +43,10 @@ class PairBoard {
   enum class Role { staged, wait, move };
   // This rank's message with `peer` on `side` (0: sends `buf`, 1: receives into it), `bytes` long,
   // captured into `graph` or not (null). *role: staged, wait (the peer moves it), or move, with the
-  // peer's buffer as mapped here in *peer_buf.
-  Status meet(int peer, int side, char* buf, std::uint64_t bytes, cudaGraph_t graph, Role* role, char** peer_buf);
+  // peer's buffer as mapped here in *peer_buf and the size the peer gave in *peer_bytes (ends that
+  // disagree stop on the GPU, where the legs' tags differ: no byte may move then).
+  Status meet(int peer, int side, char* buf, std::uint64_t bytes, cudaGraph_t graph, Role* role, char** peer_buf,
+              std::uint64_t* peer_bytes);
   // The calls that meet() let move outside graphs were launched on `stream`: their mappings are kept
   // until they complete.
   Status launched(cudaStream_t stream);

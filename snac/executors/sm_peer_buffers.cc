@@ -280,10 +280,10 @@ Status PeerBuffers::share(const Mine& mine, cudaGraph_t graph, bool* go, const c
   if (!ok) return Status::ok;
   point(all, my, in, out);
   const std::vector<Key> used = call_keys(all, my, true);
-  // The graph holds what it uses until it is destroyed.
+  // The graph holds what it uses until it is destroyed (counted first: a hold that fails returns them).
   if (!used.empty()) {
-    PURLIN_TRY(hold_in_graph(graph, returns_, used));
     for (const Key& k : used) ++mapped_.at(k).graphs;
+    PURLIN_TRY(hold_in_graph(graph, returns_, used));
   }
   *go = true;
   return Status::ok;

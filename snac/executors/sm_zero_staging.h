@@ -20,8 +20,6 @@ inline constexpr int kZeroStagingThreads = 512;
 inline constexpr int kZeroStagingStampCalls = 256;
 inline constexpr int kZeroStagingStamps = 4;
 
-enum class ZeroStagingPhase : std::uint8_t { whole, arrive, leave };
-
 struct ZeroStagingArgs {
   ZeroStagingKind kind = ZeroStagingKind::all_reduce;
   int rank = 0;
@@ -73,6 +71,7 @@ struct ZeroStagingLegArgs {
   int nranks = 1;
   int shares = 1;
   int count = 0;
+  ZeroStagingPhase phase = ZeroStagingPhase::whole;  // arrive and leave: one CTA (the copy engines move)
   atom::SmGuard guard{};
   bool one_gpu = false;
   std::uint64_t* counters = nullptr;  // [kZeroStagingLegCounters]: this rank's leg call numbers, device
@@ -82,7 +81,7 @@ struct ZeroStagingLegArgs {
 };
 
 // Launches the legs as launch_zero_staging launches a call: `shares` CTAs where this rank moves some
-// message, else one.
+// message in a whole launch, else one.
 cudaError_t launch_zero_staging_legs(const ZeroStagingLegArgs& a, cudaStream_t stream);
 
 }  // namespace purlin::snac

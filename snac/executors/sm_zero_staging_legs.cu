@@ -1,5 +1,6 @@
 // The zero-staged Send/Recv kernel: one launch per round, a CTA per share where this rank moves a
-// message and one where it only waits (snac/protocol/zero_staging.h, legs), with the SM Atom.
+// message and one where it only waits (snac/protocol/zero_staging.h, legs), with the SM Atom; or,
+// where the copy engines move, one CTA before their copies and one after.
 #include <cuda_runtime.h>
 
 #include "atom/sm/sm_wide_atom.cuh"
@@ -18,6 +19,7 @@ __global__ void __launch_bounds__(kZeroStagingThreads, 1) zero_staging_legs_kern
   z.rank = a.rank;
   z.count = a.count;
   z.shares = a.shares;
+  z.phase = a.phase;
   z.legs = a.legs;
   z.words = a.words;
   z.counters = a.counters;
@@ -30,7 +32,8 @@ __global__ void __launch_bounds__(kZeroStagingThreads, 1) zero_staging_legs_kern
 
 cudaError_t launch_zero_staging_legs(const ZeroStagingLegArgs& a, cudaStream_t stream) {
   bool moves = false;
-  for (int i = 0; i < a.count; ++i) moves = moves || a.legs[i].role == LegRole::move;
+  if (a.phase == ZeroStagingPhase::whole)
+    for (int i = 0; i < a.count; ++i) moves = moves || a.legs[i].role == LegRole::move;
   zero_staging_legs_kernel<<<dim3(moves ? static_cast<unsigned>(a.shares) : 1u), dim3(kZeroStagingThreads), 0, stream>>>(a);
   return cudaGetLastError();
 }

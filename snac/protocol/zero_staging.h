@@ -46,6 +46,10 @@ PURLIN_HD constexpr bool zero_staging_copies_only(ZeroStagingKind k) {
   return k != ZeroStagingKind::all_reduce && k != ZeroStagingKind::reduce_scatter && k != ZeroStagingKind::reduce;
 }
 
+// What one launch does of a call (or of a round's legs): all of it, or, where the copy engines move
+// the bytes between two launches, only the arrival, or only what follows the move, which closes it.
+enum class ZeroStagingPhase : std::uint8_t { whole, arrive, leave };
+
 // CTAs of one zero-staging call at most; each rank's barrier words are [kZeroStagingMaxCtas][kMaxRanks].
 inline constexpr int kZeroStagingMaxCtas = 64;
 inline constexpr std::uint64_t kZeroStagingWords = static_cast<std::uint64_t>(kZeroStagingMaxCtas) * kMaxRanks;
@@ -270,6 +274,10 @@ PURLIN_HD void zero_staging_move(const Atom& atom, const ZeroStagingCall& z, int
 // this rank waits on, so that a round that only waits holds one CTA. Every CTA signals first, moves
 // second and waits last, so a round's legs never wait on each other.
 //
+// Where the copy engines move this rank's legs, one CTA does all of the round but the move in two
+// launches (phase arrive, then leave) and the engines copy the moved legs whole in between, in stream
+// order; the other end cannot tell: the words and their values are the same.
+//
 // A rank's leg words are [kind][side][peer][share]: kind 0 the arrival, 1 done; side 0 where this
 // rank sends to `peer`, 1 where it receives from it. Its counters [side][peer][share] hold the number
 // of each share's last call, which grows alike at both ends (the same legs in the same order).
@@ -302,16 +310,34 @@ struct ZeroStagingLegs {
   int rank = 0;
   int count = 0;
   int shares = 1;                          // alike on every rank (at most kZeroStagingMaxCtas)
+  // whole: CTA c of `shares` (of one, where this rank only waits); arrive and leave: one CTA, which
+  // meets every share of every leg, the copy engines moving the moved legs between the two launches.
+  ZeroStagingPhase phase = ZeroStagingPhase::whole;
   const ZeroStagingLeg* legs = nullptr;    // [count]
   std::uint64_t* const* words = nullptr;   // [nranks]: every rank's leg words as mapped here
   std::uint64_t* counters = nullptr;       // this rank's [side][peer][share] call numbers
 };
 
-// CTA c's part of a round's legs (c < shares; CTA 0 also does the waiting for all shares).
+// CTA c's part of a round's legs (c < shares; CTA 0 also does the waiting for all shares), or, in a
+// phase, the one CTA's part of it.
 template <class Atom>
   requires atom::AtomCopies<Atom> && atom::AtomFlags<Atom>
 PURLIN_HD Status zero_staging_legs_call(const Atom& atom, const ZeroStagingLegs& z, int c) {
-  const int shares = z.shares, waits = c == 0 ? z.count * shares : 0;
+  const int shares = z.shares;
+  const bool whole = z.phase == ZeroStagingPhase::whole;
+  // Items of the waiting: every (leg, share) on CTA 0; of the moving: (leg, share c) on CTA c, or
+  // every (leg, share) in a phase. Item k of `count * shares` is leg k / shares, share k % shares.
+  const int waits = c == 0 ? z.count * shares : 0, moves = whole ? z.count : z.count * shares;
+  const auto waited = [&](int k, int* i, int* share) {
+    *i = k / shares;
+    *share = k % shares;
+    return z.legs[*i].role == LegRole::wait;
+  };
+  const auto moved = [&](int k, int* i, int* share) {
+    *i = whole ? k : k / shares;
+    *share = whole ? c : k % shares;
+    return z.legs[*i].role == LegRole::move;
+  };
   const auto counter = [&](int i, int share) {
     return z.counters + zero_staging_leg_counter(z.legs[i].side, z.legs[i].peer, share);
   };
@@ -322,36 +348,36 @@ PURLIN_HD Status zero_staging_legs_call(const Atom& atom, const ZeroStagingLegs&
     return peers ? z.words[l.peer] + zero_staging_leg_word(kind, 1 - l.side, z.rank, share)
                  : z.words[z.rank] + zero_staging_leg_word(kind, l.side, l.peer, share);
   };
-  // Item k of the waiting: leg k / shares, share k % shares, if this rank waits on that leg.
-  const auto waited = [&](int k, int* i, int* share) {
-    *i = k / shares;
-    *share = k % shares;
-    return z.legs[*i].role == LegRole::wait;
-  };
-  const auto moved = [&](int i) { return z.legs[i].role == LegRole::move; };
-  atom.signal_each(waits, [&](int k, std::uint64_t*& w, std::uint64_t& v) {
-    int i = 0, share = 0;
-    if (!waited(k, &i, &share)) return false;
-    w = word(i, share, 0, true);
-    v = value(i, share);
-    return true;
-  });
-  PURLIN_TRY(atom.wait_each(z.count, [&](int i, std::uint64_t*& w, std::uint64_t& v) {
-    if (!moved(i)) return false;
-    w = word(i, c, 0, false);
-    v = value(i, c);
-    return true;
-  }));
-  for (int i = 0; i < z.count; ++i) {
-    if (!moved(i)) continue;
-    std::uint64_t off = 0, len = 0;
-    zero_staging_share(z.legs[i].bytes, c, shares, &off, &len);
-    if (len) atom.copy(z.legs[i].dst + off, z.legs[i].src + off, len);
+  if (z.phase != ZeroStagingPhase::leave) {
+    atom.signal_each(waits, [&](int k, std::uint64_t*& w, std::uint64_t& v) {
+      int i = 0, share = 0;
+      if (!waited(k, &i, &share)) return false;
+      w = word(i, share, 0, true);
+      v = value(i, share);
+      return true;
+    });
+    PURLIN_TRY(atom.wait_each(moves, [&](int k, std::uint64_t*& w, std::uint64_t& v) {
+      int i = 0, share = 0;
+      if (!moved(k, &i, &share)) return false;
+      w = word(i, share, 0, false);
+      v = value(i, share);
+      return true;
+    }));
   }
-  atom.signal_each(z.count, [&](int i, std::uint64_t*& w, std::uint64_t& v) {
-    if (!moved(i)) return false;
-    w = word(i, c, 1, true);
-    v = value(i, c);
+  if (whole) {
+    for (int i = 0; i < z.count; ++i) {
+      if (z.legs[i].role != LegRole::move) continue;
+      std::uint64_t off = 0, len = 0;
+      zero_staging_share(z.legs[i].bytes, c, shares, &off, &len);
+      if (len) atom.copy(z.legs[i].dst + off, z.legs[i].src + off, len);
+    }
+  }
+  if (z.phase == ZeroStagingPhase::arrive) return Status::ok;
+  atom.signal_each(moves, [&](int k, std::uint64_t*& w, std::uint64_t& v) {
+    int i = 0, share = 0;
+    if (!moved(k, &i, &share)) return false;
+    w = word(i, share, 1, true);
+    v = value(i, share);
     return true;
   });
   PURLIN_TRY(atom.wait_each(waits, [&](int k, std::uint64_t*& w, std::uint64_t& v) {
@@ -362,9 +388,9 @@ PURLIN_HD Status zero_staging_legs_call(const Atom& atom, const ZeroStagingLegs&
     return true;
   }));
   // The calls are over: their numbers become the last ones.
-  atom.put_each(waits + z.count, [&](int k, std::uint64_t*& w, std::uint64_t& v) {
-    int i = k - waits, share = c;
-    if (k < waits ? !waited(k, &i, &share) : !moved(i)) return false;
+  atom.put_each(waits + moves, [&](int k, std::uint64_t*& w, std::uint64_t& v) {
+    int i = 0, share = 0;
+    if (k < waits ? !waited(k, &i, &share) : !moved(k - waits, &i, &share)) return false;
     w = counter(i, share);
     v = *w + 1;
     return true;

@@ -68,21 +68,23 @@ Status agree_on_policy(Bootstrap& boot, const Policy& p) {
                                            "latency exchange bound (PURLIN_EXCHANGE_MAX_BYTES)",
                                            "exchange channel bytes (PURLIN_EXCHANGE_CHANNEL_BYTES)",
                                            "exchange channels (PURLIN_EXCHANGE_CHANNELS)",
+                                           "pair exchange bound (PURLIN_EXCHANGE_MAX_BYTES)",
                                            "zero-staging bound (PURLIN_ZERO_STAGING_MIN_BYTES)",
                                            "zero-staging CTAs (PURLIN_ZERO_STAGING_CTAS)",
                                            "zero-staging outside graphs (PURLIN_ZERO_STAGING_EAGER)",
                                            "AllGather's copy-engine bound (PURLIN_CE_MIN_BYTES)",
                                            "AlltoAll's copy-engine bound (PURLIN_CE_MIN_BYTES)",
                                            "Broadcast's copy-engine bound (PURLIN_CE_MIN_BYTES)",
-                                           "Gather's and Scatter's copy-engine bound (PURLIN_CE_MIN_BYTES)"};
+                                           "Gather's and Scatter's copy-engine bound (PURLIN_CE_MIN_BYTES)",
+                                           "Send/Recv's copy-engine bound (PURLIN_CE_MIN_BYTES)"};
   using Terms = std::array<std::uint64_t, std::size(kNames)>;
   const Terms mine{p.staging_half,     p.chunk_bytes,   static_cast<std::uint64_t>(p.slots), p.latency_max_bytes,
                    p.packets_per_pair, p.channel_bytes, p.direct_max_bytes,                   p.broadcast_direct_max_bytes,
                    static_cast<std::uint64_t>(p.workers), p.exchange_max_bytes, p.exchange_channel_bytes,
-                   static_cast<std::uint64_t>(p.exchange_channels), p.zero_staging_min_bytes,
+                   static_cast<std::uint64_t>(p.exchange_channels), p.pair_max_bytes, p.zero_staging_min_bytes,
                    static_cast<std::uint64_t>(p.zero_staging_ctas), p.zero_staging_eager ? 1u : 0u,
                    p.ce_all_gather_min_bytes, p.ce_all_to_all_min_bytes, p.ce_broadcast_min_bytes,
-                   p.ce_gather_scatter_min_bytes};
+                   p.ce_gather_scatter_min_bytes, p.ce_send_recv_min_bytes};
   std::vector<Terms> all(static_cast<std::size_t>(boot.nranks()));
   PURLIN_TRY(boot.all_gather(mine.data(), sizeof(Terms), all.data()));
   for (int r = 1; r < boot.nranks(); ++r)

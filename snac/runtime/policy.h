@@ -41,6 +41,9 @@ struct Policy {
   // runs as one exchange kernel, one CTA per exchange_channel_bytes of a message, at most
   // exchange_channels (0: no exchange).
   std::uint64_t exchange_max_bytes = 0;
+  // Send/Recv messages of at most this size take the pair exchange (0: none), in the exchange's
+  // channels (exchange_channel_bytes, exchange_channels).
+  std::uint64_t pair_max_bytes = 0;
   std::uint64_t exchange_call_bytes = 0;  // ... and whose buffers are smaller than this
   std::uint64_t exchange_channel_bytes = 0;
   int exchange_channels = 0;
@@ -53,11 +56,13 @@ struct Policy {
   int zero_staging_ctas = 0;
   bool zero_staging_eager = false;
   // Zero-staged calls that only copy whose larger side is at least this size move their bytes on the
-  // copy engines instead of SMs (0: never): AllGather, AlltoAll, Broadcast, Gather and Scatter.
+  // copy engines instead of SMs (0: never): AllGather, AlltoAll, Broadcast, Gather and Scatter; and
+  // Send/Recv rounds whose messages this rank moves in place are all at least ce_send_recv_min_bytes.
   std::uint64_t ce_all_gather_min_bytes = 0;
   std::uint64_t ce_all_to_all_min_bytes = 0;
   std::uint64_t ce_broadcast_min_bytes = 0;
   std::uint64_t ce_gather_scatter_min_bytes = 0;
+  std::uint64_t ce_send_recv_min_bytes = 0;
   double sim_us_per_op = 0;            // ncclGroupSimulateEnd's cost model: fixed cost per op
   double sim_gbps = 0;                 // and bytes (read + written) per second
 };

@@ -147,9 +147,13 @@ double now_s() {
 
 // ---- buffers and streams -------------------------------------------------------------------------
 
-Buffer::Buffer(bool gpu, std::size_t bytes) : gpu_(gpu) {
+Buffer::Buffer(bool gpu, std::size_t bytes, bool cumem) : gpu_(gpu), cumem_(gpu && cumem) {
   if (bytes == 0) bytes = 1;
 #if defined(PURLIN_HAVE_CUDA)
+  if (cumem_) {
+    if (ncclMemAlloc(&data_, bytes) != ncclSuccess) throw std::bad_alloc();
+    return;
+  }
   if (gpu_) {
     if (cudaMalloc(&data_, bytes) != cudaSuccess) throw std::bad_alloc();
     return;
@@ -160,6 +164,10 @@ Buffer::Buffer(bool gpu, std::size_t bytes) : gpu_(gpu) {
 
 Buffer::~Buffer() {
 #if defined(PURLIN_HAVE_CUDA)
+  if (cumem_) {
+    ncclMemFree(data_);
+    return;
+  }
   if (gpu_) {
     cudaFree(data_);
     return;

@@ -50,7 +50,9 @@ double now_s();  // steady clock, shared by every process of the machine
 
 class Buffer {
  public:
-  Buffer(bool gpu, std::size_t bytes);
+  // On the GPU from cudaMalloc, or with `cumem` from ncclMemAlloc (which peers in other processes
+  // can map).
+  Buffer(bool gpu, std::size_t bytes, bool cumem = false);
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -60,6 +62,7 @@ class Buffer {
 
  private:
   bool gpu_;
+  bool cumem_ = false;
   void* data_ = nullptr;
 };
 

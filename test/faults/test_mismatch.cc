@@ -1,5 +1,6 @@
 // Mismatched calls: the ranks of a communicator call the same collective with different counts,
-// data types or reduction ops (rank 0 differs from the others). Every rank must end with
+// data types or reduction ops, or send and receive messages of different sizes (rank 0 differs from
+// the others). Every rank must end with
 // ncclInvalidUsage, from the call itself, from ncclCommGetAsyncError, or at the latest from the
 // next call (a Broadcast root consumes nothing and may finish the mismatched call; the next call
 // here is an AllReduce, which waits for the peers), within ten times the time README quotes (see
@@ -10,6 +11,7 @@
 //   test_mismatch [--ranks 4] [--datapath host|gpu] [--only CASE[,CASE...]]
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -41,7 +43,8 @@ struct Args {
   int root = 0;
 };
 
-enum class Kind { all_reduce, all_gather, reduce_scatter, broadcast, all_to_all };
+// send_recv: a group of a send to the next rank and a receive from the previous, of `count` each.
+enum class Kind { all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, send_recv };
 
 struct Case {
   const char* name;
@@ -59,6 +62,10 @@ const Case kCases[] = {
     {"reducescatter_type", Kind::reduce_scatter, {3000, ncclFloat32}, {3000, ncclInt32}},
     {"broadcast_count", Kind::broadcast, {5000, ncclFloat32}, {6000, ncclFloat32}},
     {"alltoall_count", Kind::all_to_all, {1000, ncclFloat32}, {1200, ncclFloat32}},
+    // Messages above the staged path's buffering (16 MiB), from ncclMemAlloc: on the GPU they meet
+    // in place, and the end that moves would move them on the copy engines (PURLIN_CE_MIN_BYTES=1,
+    // set in main), whose copies nothing on the GPU can hold back once queued.
+    {"sendrecv_count_in_place", Kind::send_recv, {5000000, ncclFloat32}, {5000004, ncclFloat32}},
 };
 
 std::size_t type_size(ncclDataType_t t) {
@@ -77,6 +84,7 @@ void extents(Kind k, const Args& a, int n, std::size_t* send, std::size_t* recv)
     case Kind::all_gather: *send = a.count; *recv = a.count * n; return;
     case Kind::reduce_scatter: *send = a.count * n; *recv = a.count; return;
     case Kind::all_to_all: *send = *recv = a.count * n; return;
+    case Kind::send_recv: *send = *recv = a.count; return;
   }
 }
 
@@ -87,6 +95,16 @@ ncclResult_t issue(Kind k, const Args& a, void* send, void* recv, ncclComm_t com
     case Kind::reduce_scatter: return ncclReduceScatter(send, recv, a.count, a.type, a.op, comm, s);
     case Kind::broadcast: return ncclBroadcast(send, recv, a.count, a.type, a.root, comm, s);
     case Kind::all_to_all: return ncclAlltoAll(send, recv, a.count, a.type, comm, s);
+    case Kind::send_recv: {
+      int n = 0, me = 0;
+      ncclCommCount(comm, &n);
+      ncclCommUserRank(comm, &me);
+      ncclResult_t r = ncclGroupStart();
+      if (r == ncclSuccess) r = ncclSend(send, a.count, a.type, (me + 1) % n, comm, s);
+      if (r == ncclSuccess) r = ncclRecv(recv, a.count, a.type, (me + n - 1) % n, comm, s);
+      const ncclResult_t end = ncclGroupEnd();
+      return r != ncclSuccess ? r : end;
+    }
   }
   return ncclInternalError;
 }
@@ -108,7 +126,8 @@ int rank_main(const Options& o, const ncclUniqueId& id, const Case& c, int rank,
   std::vector<unsigned char> in(send_bytes);
   for (std::size_t i = 0; i < send_bytes; ++i) in[i] = static_cast<unsigned char>(1 + (i * 31 + rank * 7) % 251);
   std::vector<unsigned char> poisoned(recv_bytes + kGuardBytes, kPoison);
-  Buffer send(o.gpu, send_bytes + kGuardBytes), recv(o.gpu, recv_bytes + kGuardBytes);
+  const bool cumem = c.kind == Kind::send_recv;
+  Buffer send(o.gpu, send_bytes + kGuardBytes, cumem), recv(o.gpu, recv_bytes + kGuardBytes, cumem);
   send.upload(in.data(), send_bytes);
   recv.upload(poisoned.data(), poisoned.size());
 
@@ -184,6 +203,7 @@ int main(int argc, char** argv) {
   using namespace faults;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   loopback::use();
+  setenv("PURLIN_CE_MIN_BYTES", "1", 0);  // zero-staged copies on the copy engines (unless set otherwise)
   Options defaults;
   defaults.trials = 1;
   const Options o = parse_options(argc, argv, defaults);

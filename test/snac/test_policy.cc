@@ -99,7 +99,7 @@ TEST_CASE("zero-staging's CTAs of every rank sharing the GPU fit it at once", "[
   CHECK(policy_for(sm_policy_recipe(), Regime{1, 1, 132, 2, 90}).zero_staging_min_bytes == 0);  // one rank: nothing to share
 }
 
-TEST_CASE("the copy engines move AlltoAll, Gather and Scatter where measured faster", "[policy]") {
+TEST_CASE("the copy engines move AlltoAll, Gather, Scatter and Send/Recv where measured faster", "[policy]") {
   // 8 ranks on one GPU: from 256 MiB, 2 to 7 ranks: from 64 MiB; AllGather and Broadcast never
   // (they read their input per destination).
   const auto eight = policy_for(sm_policy_recipe(), Regime{8, 8, 132, 2, 90});
@@ -111,6 +111,11 @@ TEST_CASE("the copy engines move AlltoAll, Gather and Scatter where measured fas
   const auto two = policy_for(sm_policy_recipe(), Regime{2, 2, 132, 2, 90});
   CHECK(two.ce_all_to_all_min_bytes == (64u << 20));
   CHECK(two.ce_gather_scatter_min_bytes == (64u << 20));
+  // Send/Recv's moved messages: from 64 MiB with 4 or more ranks on a GPU, from 256 MiB with 2 or 3.
+  CHECK(eight.ce_send_recv_min_bytes == (64u << 20));
+  CHECK(four.ce_send_recv_min_bytes == (64u << 20));
+  CHECK(two.ce_send_recv_min_bytes == (256u << 20));
+  CHECK(policy_for(sm_policy_recipe(), Regime{3, 3, 132, 2, 90}).ce_send_recv_min_bytes == (256u << 20));
   for (const auto& p : {eight, four, two}) {
     CHECK(p.ce_all_gather_min_bytes == 0);
     CHECK(p.ce_broadcast_min_bytes == 0);
@@ -122,6 +127,7 @@ TEST_CASE("the copy engines move AlltoAll, Gather and Scatter where measured fas
     CHECK(p.ce_all_gather_min_bytes == 0);
     CHECK(p.ce_broadcast_min_bytes == 0);
     CHECK(p.ce_gather_scatter_min_bytes == 0);
+    CHECK(p.ce_send_recv_min_bytes == 0);
   }
 }
 
@@ -176,6 +182,24 @@ TEST_CASE("AllReduce is one-shot where the exchange takes it up to its bound per
   // The host datapath keeps one bound for both.
   const auto host = policy_for(host_policy_recipe(), Regime{2, 1, 0});
   CHECK(host.exchange_direct_max_bytes == host.direct_max_bytes);
+}
+
+TEST_CASE("Send/Recv's pair exchange takes messages up to 2 MiB with 2 ranks, 512 KiB with 4, 256 KiB with 8", "[policy]") {
+  // Where it measured faster than the staged path; its boxes (8 per producer and channel) hold one
+  // channel's slice each, 64 MiB on a rank at most.
+  CHECK(policy_for(sm_policy_recipe(), Regime{2, 2, 132, 2, 90}).pair_max_bytes == (2u << 20));
+  CHECK(policy_for(sm_policy_recipe(), Regime{3, 3, 132, 2, 90}).pair_max_bytes == (512u << 10));
+  CHECK(policy_for(sm_policy_recipe(), Regime{4, 4, 132, 2, 90}).pair_max_bytes == (512u << 10));
+  CHECK(policy_for(sm_policy_recipe(), Regime{8, 8, 132, 2, 90}).pair_max_bytes == (256u << 10));
+  CHECK(policy_for(sm_policy_recipe(), Regime{8, 1, 132, 2, 90}).pair_max_bytes == (256u << 10));
+  CHECK(policy_for(sm_policy_recipe(), Regime{16, 16, 132, 2, 90}).pair_max_bytes <= (256u << 10));
+  CHECK(policy_for(sm_policy_recipe(), Regime{1, 1, 132, 2, 90}).pair_max_bytes == 0);  // one rank: nothing to send
+  for (int n : {2, 4, 8}) {
+    const auto p = policy_for(sm_policy_recipe(), Regime{n, n, 132, 2, 90});
+    const std::uint64_t boxes = 8ull * static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(p.exchange_channels);
+    // A box of one channel's slice, as packets of 16 bytes per 8.
+    CHECK(boxes * 2 * (p.pair_max_bytes / static_cast<std::uint64_t>(p.exchange_channels)) <= (64u << 20));
+  }
 }
 
 TEST_CASE("a policy entry's direct_max_bytes sets the exchange's direct bound too, unless it names it", "[policy]") {

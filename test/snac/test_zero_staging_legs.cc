@@ -160,9 +160,11 @@ namespace {
 // One round: message (s, d) of `bytes[s][d]` bytes where nonzero. Each rank meets its messages' other
 // ends on the board (receives first, as the executor does), the end that came first deciding at
 // random whether the message goes in place; the legs then run on the host Atom in `shares` shares, a
-// CTA thread per share (one where the rank only waits), and the staged ones are copied here afterwards.
+// CTA thread per share (one where the rank only waits) or, at random where the rank moves, in the
+// copy engines' two phases (*phased counts those), and the staged ones are copied here afterwards.
 void run_round(int n, int shares, const std::vector<std::vector<u64>>& bytes, std::vector<PairSlots>& slots,
-               std::vector<std::vector<u64>>& words, std::vector<std::vector<u64>>& counters, std::mt19937_64& rng) {
+               std::vector<std::vector<u64>>& words, std::vector<std::vector<u64>>& counters, std::mt19937_64& rng,
+               std::atomic<int>& phased) {
   // Rank s's message to d lies at in[s] + d * kSlot; rank d receives it at out[d] + s * kSlot.
   constexpr u64 kSlot = 9000;
   std::vector<std::vector<char>> in(static_cast<std::size_t>(n), std::vector<char>(kSlot * static_cast<u64>(n)));
@@ -220,25 +222,35 @@ void run_round(int n, int shares, const std::vector<std::vector<u64>>& bytes, st
           legs.push_back(l);
         }
       }
-      // A CTA per share where this rank moves a message, else one (as the kernel launches).
+      // A CTA per share where this rank moves a message, else one (as the kernel launches); or, as
+      // where the copy engines move, one CTA's arrival, the moved messages copied whole, one CTA's
+      // end. The ends choose apart from each other.
       bool moves = false;
       for (const ZeroStagingLeg& l : legs) moves = moves || l.role == LegRole::move;
-      std::vector<std::thread> ctas_threads;
-      for (int c = 0; c < (moves ? shares : 1); ++c) {
-        ctas_threads.emplace_back([&, c] {
-          ZeroStagingLegs z;
-          z.rank = r;
-          z.count = static_cast<int>(legs.size());
-          z.shares = shares;
-          z.legs = legs.data();
-          z.words = word_ptrs.data();
-          z.counters = counters[static_cast<std::size_t>(r)].data();
-          std::atomic<bool> abort{false};
-          const atom::HostAtom atom(DataType::uint8, ReduceOp{}, atom::WaitGuard{&abort, nullptr, 30.0, nullptr});
-          if (zero_staging_legs_call(atom, z, c) != Status::ok) failures.fetch_add(1);
-        });
+      const auto cta = [&](int c, ZeroStagingPhase phase) {
+        ZeroStagingLegs z;
+        z.rank = r;
+        z.count = static_cast<int>(legs.size());
+        z.shares = shares;
+        z.phase = phase;
+        z.legs = legs.data();
+        z.words = word_ptrs.data();
+        z.counters = counters[static_cast<std::size_t>(r)].data();
+        std::atomic<bool> abort{false};
+        const atom::HostAtom atom(DataType::uint8, ReduceOp{}, atom::WaitGuard{&abort, nullptr, 30.0, nullptr});
+        if (zero_staging_legs_call(atom, z, c) != Status::ok) failures.fetch_add(1);
+      };
+      if (moves && mine() % 2 == 0) {
+        cta(0, ZeroStagingPhase::arrive);
+        for (const ZeroStagingLeg& l : legs)
+          if (l.role == LegRole::move) std::memcpy(l.dst, l.src, l.bytes);
+        cta(0, ZeroStagingPhase::leave);
+        phased.fetch_add(1);
+      } else {
+        std::vector<std::thread> ctas_threads;
+        for (int c = 0; c < (moves ? shares : 1); ++c) ctas_threads.emplace_back([&, c] { cta(c, ZeroStagingPhase::whole); });
+        for (auto& t : ctas_threads) t.join();
       }
-      for (auto& t : ctas_threads) t.join();
     });
   }
   for (auto& t : ranks) t.join();
@@ -272,12 +284,14 @@ TEST_CASE("rounds of messages in place give every receiver its message", "[zero_
     std::vector<std::vector<u64>> counters(static_cast<std::size_t>(n), std::vector<u64>(kZeroStagingLegCounters, 0));
     // The shares stay the same within a communicator (the policy's), so they are fixed per n here.
     const int shares = 1 + n % 3;
+    std::atomic<int> phased{0};
     for (int round = 0; round < 60; ++round) {
       std::vector<std::vector<u64>> bytes(static_cast<std::size_t>(n), std::vector<u64>(static_cast<std::size_t>(n), 0));
       for (int s = 0; s < n; ++s)
         for (int d = 0; d < n; ++d)
           if (s != d && rng() % 3 != 0) bytes[static_cast<std::size_t>(s)][static_cast<std::size_t>(d)] = 1 + rng() % 8999;
-      run_round(n, shares, bytes, slots, words, counters, rng);
+      run_round(n, shares, bytes, slots, words, counters, rng, phased);
     }
+    CHECK(phased.load() > 10);  // the copy engines' form ran beside the CTAs' often
   }
 }

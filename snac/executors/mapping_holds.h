@@ -49,6 +49,19 @@ struct MappingFence {
   }
 };
 
+// The mappings in `maps` that `used` names (those of calls just launched outside graphs on `stream`)
+// are kept until an event after those calls completes; `used` is emptied.
+template <class Map, class Key>
+Status fence_used(cudaStream_t stream, std::vector<Key>* used, Map* maps) {
+  if (used->empty()) return Status::ok;
+  std::shared_ptr<MappingFence> fence;
+  PURLIN_TRY(MappingFence::after(stream, &fence));
+  for (const Key& k : *used)
+    if (auto it = maps->find(k); it != maps->end()) it->second.fence = fence;
+  used->clear();
+  return Status::ok;
+}
+
 // The keys of mappings that destroyed graphs gave back (filled from a CUDA thread).
 template <class Key>
 struct MappingReturns {

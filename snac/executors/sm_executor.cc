@@ -84,10 +84,8 @@ class SmExecutor final : public Executor {
     // The latency exchange's boxes follow the channels' windows in the same allocation.
     exchange_off_ = geo_.total * channels_;
     if (policy_.exchange_max_bytes) {
-      // A box holds the largest slice of any message the exchange takes: a channel's share
-      // (exchange_channel_bytes) or, where the channels run out, the bound's slice.
-      const std::uint64_t share = (std::min(policy_.exchange_channel_bytes, policy_.exchange_max_bytes) + 15) / 16 * 16;
-      box_packets_ = atom::ll_packets(std::max(share, exchange_slice_bytes(policy_.exchange_max_bytes)));
+      // A box holds the largest slice of any message the exchange takes.
+      box_packets_ = box_packets_for(policy_.exchange_max_bytes, exchange_channels_for(policy_.exchange_max_bytes));
       exchange_bytes_ = sizeof(atom::LLPacket) * box_packets_ * exchange_boxes(n) *
                         static_cast<std::uint64_t>(policy_.exchange_channels);
     }
@@ -97,9 +95,7 @@ class SmExecutor final : public Executor {
     pair_off_ = exchange_off_ + exchange_bytes_;
     if (policy_.pair_max_bytes && n <= kPairMaxRanks) {
       const std::uint64_t most = policy_.pair_max_bytes;
-      const std::uint64_t share = (std::min(policy_.exchange_channel_bytes, most) + 15) / 16 * 16;
-      const int chs = pair_channels(most, policy_.exchange_channel_bytes, policy_.exchange_channels);
-      pair_box_packets_ = atom::ll_packets(std::max(share, exchange_slice(Part{nullptr, most}, 0, chs).bytes));
+      pair_box_packets_ = box_packets_for(most, pair_channels(most, policy_.exchange_channel_bytes, policy_.exchange_channels));
       pair_bytes_ = sizeof(atom::LLPacket) * pair_box_packets_ * pair_boxes(n) * static_cast<std::uint64_t>(policy_.exchange_channels);
       acks_off_ = pair_off_ + pair_bytes_;
       pair_bytes_ += sizeof(std::uint64_t) * static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(policy_.exchange_channels);
@@ -793,11 +789,13 @@ class SmExecutor final : public Executor {
     return cuda::check(launch_pair(a, threads, stream), "launching the pair exchange kernel");
   }
 
-  // One channel's slice of the largest message the exchange takes (exchange_slice's rounding).
-  std::uint64_t exchange_slice_bytes(std::uint64_t largest) const {
-    const int channels = exchange_channels_for(largest);
-    return exchange_slice(Part{nullptr, largest}, 0, channels).bytes;
+  // Packets of a box that holds one channel's slice of any message up to `largest` cut in `channels`:
+  // a channel's share (exchange_channel_bytes) or, where the channels run out, the largest's slice.
+  std::uint64_t box_packets_for(std::uint64_t largest, int channels) const {
+    const std::uint64_t share = (std::min(policy_.exchange_channel_bytes, largest) + 15) / 16 * 16;
+    return atom::ll_packets(std::max(share, exchange_slice(Part{nullptr, largest}, 0, channels).bytes));
   }
+
   int exchange_channels_for(std::uint64_t largest) const {
     const std::uint64_t per = std::max<std::uint64_t>(policy_.exchange_channel_bytes, 16);
     const std::uint64_t want = (largest + per - 1) / per;

@@ -212,14 +212,6 @@ Status PairBoard::meet(int peer, int side, char* buf, std::uint64_t bytes, cudaG
   return map_peer(peer, 1 - side, q, other, graph, peer_buf);
 }
 
-Status PairBoard::launched(cudaStream_t stream) {
-  if (last_used_.empty()) return Status::ok;
-  std::shared_ptr<MappingFence> fence;
-  PURLIN_TRY(MappingFence::after(stream, &fence));
-  for (const Key& k : last_used_)
-    if (auto it = maps_.find(k); it != maps_.end()) it->second.fence = fence;
-  last_used_.clear();
-  return Status::ok;
-}
+Status PairBoard::launched(cudaStream_t stream) { return fence_used(stream, &last_used_, &maps_); }
 
 }  // namespace purlin::snac

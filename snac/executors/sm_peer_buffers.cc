@@ -352,14 +352,6 @@ Status PeerBuffers::share_eager(const Mine& mine, bool* go, const char** in, cha
   return Status::ok;
 }
 
-Status PeerBuffers::launched(cudaStream_t stream) {
-  if (last_used_.empty()) return Status::ok;
-  std::shared_ptr<MappingFence> fence;
-  PURLIN_TRY(MappingFence::after(stream, &fence));
-  for (const Key& k : last_used_)
-    if (auto it = mapped_.find(k); it != mapped_.end()) it->second.fence = fence;
-  last_used_.clear();
-  return Status::ok;
-}
+Status PeerBuffers::launched(cudaStream_t stream) { return fence_used(stream, &last_used_, &mapped_); }
 
 }  // namespace purlin::snac

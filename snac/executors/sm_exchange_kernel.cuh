@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) exchange_kernel(const 
   const bool at_start = a.trigger == PdlTrigger::start;
   const int after = a.trigger == PdlTrigger::last ? last : last + 1;
   for (;;) {
-    const ExchangeContext x{a.rank, n, c, expected, a.box_packets, inbox};
+    const ExchangeContext x{a.rank, n, c, a.channels, expected, a.box_packets, inbox};
     atom::LLAtom<Fixed, D::consume == coll::Consume::reduce, Slots> atom(
         a.type, a.op, a.guard, &words, &tables, atom::LLStart{a.pdl, a.epoch + c, expected, at_start, after},
         stamps ? stamps + 2 : nullptr);

@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) word_kernel(const __gr
   // The next kernel launches at the start, after the last phase's pushes, or at the end.
   constexpr int last = D::composed ? 1 : 0;
   const int trigger = a.trigger == PdlTrigger::last ? last : -1;
-  const ExchangeContext x{a.rank, n, c, epoch, a.box_packets, inbox};
+  const ExchangeContext x{a.rank, n, c, a.channels, epoch, a.box_packets, inbox};
   atom::WordAtom<N, Fixed, D::consume == coll::Consume::reduce> atom(a.op, a.guard, &words, &tables, a.pdl, trigger);
   // Every step agreed on its outcome: the status is the CTA's.
   const Status s = exchange_call<D>(atom, x, call);

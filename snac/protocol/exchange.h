@@ -50,6 +50,7 @@ struct ExchangeContext {
   int rank = 0;
   int nranks = 1;
   int channel = 0;
+  int channels = 1;                         // the call's channels, in the messages' tag
   std::uint64_t epoch = 1;                  // this call's on the channel, >= 1
   std::uint64_t box_packets = 0;            // packets per box
   atom::LLPacket* const* inbox = nullptr;   // [nranks]: each rank's boxes, as mapped here
@@ -82,9 +83,12 @@ PURLIN_HD Part exchange_intake(const Call& call, int me, int s, const Part& pack
   else return call.out[s];
 }
 
+// The flag of a message of `bytes` on this channel. The tag has the call's channel count beside the
+// slice's size: ranks whose sizes differ may still cut equal first slices (4,000 B in 2 channels and
+// 8,000 B in 4), and the channels only one of them runs would wait for ever.
 template <class D>
 PURLIN_HD std::uint32_t exchange_flag(const ExchangeContext& x, const Call& call, std::uint64_t bytes) {
-  return atom::ll_flag(x.epoch, message_tag<D>(call, bytes));
+  return atom::ll_flag(x.epoch, message_tag<D>(call, bytes ^ static_cast<std::uint64_t>(x.channels) << 56));
 }
 
 // One phase of plain declaration D: push this rank's messages, then take every peer's.

@@ -11,7 +11,9 @@
 //
 // NCCL's rule that a pair's sends and receives match in order (and in size) makes both ends count
 // alike and cut the message into the same channels (pair_channels). The flag carries a tag of the
-// slice's size: a receive whose size differs from its send stops with invalid_usage.
+// slice's size and the message's channel count: a receive whose size differs from its send stops
+// with invalid_usage (the count matters where both ends cut equal first slices of unequal messages:
+// the channels only one end runs would wait for ever).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +40,8 @@ struct PairContext {
   const std::uint64_t* taken = nullptr;   // [nranks]: messages taken from each rank on this channel so far
   unsigned sends = 0;                     // bit d: this round sends rank d a slice on this channel
   unsigned recvs = 0;                     // bit s: this round takes a slice from rank s on this channel
+  const std::int32_t* in_channels = nullptr;   // [nranks]: channels of the message to each rank
+  const std::int32_t* out_channels = nullptr;  // [nranks]: channels of the message from each rank
 };
 
 // Pair boxes per rank and channel: kDepth slots per producer. Ack words per rank and channel: one
@@ -66,9 +70,11 @@ PURLIN_HD std::uint64_t* pair_ack(const PairContext& x, int producer, int consum
          static_cast<std::uint64_t>(consumer);
 }
 
-// The flag of message k carrying a slice of `bytes` (a 16-bit tag of the size beside k).
-PURLIN_HD std::uint32_t pair_flag(std::uint64_t k, std::uint64_t bytes) {
-  const std::uint64_t h = ((0x5e4dull << 48) ^ (bytes * 0x9e3779b97f4a7c15ull)) * 0xbf58476d1ce4e5b9ull;
+// The flag of message k carrying a slice of `bytes` of a message cut in `channels` (a 16-bit tag
+// of both beside k).
+PURLIN_HD std::uint32_t pair_flag(std::uint64_t k, std::uint64_t bytes, int channels) {
+  const std::uint64_t key = bytes ^ static_cast<std::uint64_t>(channels) << 56;
+  const std::uint64_t h = ((0x5e4dull << 48) ^ (key * 0x9e3779b97f4a7c15ull)) * 0xbf58476d1ce4e5b9ull;
   return atom::ll_flag(k, h >> 48);
 }
 
@@ -88,14 +94,14 @@ PURLIN_HD Status pair_call(Atom& atom, const PairContext& x, const Call& call) {
   atom.push(n, false, [&](int d, atom::LLSend& m) {
     if (d == me || !(x.sends >> d & 1u)) return false;
     const std::uint64_t k = x.sent[d] + 1;
-    m = atom::LLSend{pair_box(x, d, k, me), call.in[d].ptr, call.in[d].bytes, pair_flag(k, call.in[d].bytes)};
+    m = atom::LLSend{pair_box(x, d, k, me), call.in[d].ptr, call.in[d].bytes, pair_flag(k, call.in[d].bytes, x.in_channels[d])};
     return true;
   });
   if ((x.sends >> me & 1u) && (x.recvs >> me & 1u)) atom.copy(call.out[me].ptr, call.in[me].ptr, call.out[me].bytes);
   PURLIN_TRY(atom.receive(n, [&](int s, atom::LLRecv& m) {
     if (s == me || !(x.recvs >> s & 1u)) return false;
     const std::uint64_t k = x.taken[s] + 1;
-    m = atom::LLRecv{pair_box(x, me, k, s), call.out[s].ptr, call.out[s].bytes, pair_flag(k, call.out[s].bytes)};
+    m = atom::LLRecv{pair_box(x, me, k, s), call.out[s].ptr, call.out[s].bytes, pair_flag(k, call.out[s].bytes, x.out_channels[s])};
     return true;
   }));
   // Every thread's reads of the boxes are done (signal_each orders them first): the producers may

@@ -2,9 +2,10 @@
 // of this process, its boxes and ack words on the heap where every rank reaches them, every channel a
 // call of pair_call in turn (the GPU runs them as CTAs). Rounds of Send/Recv with random sizes
 // (odd byte counts, several channels, messages to itself), buffered sends up to the depth before any
-// receive, a send beyond the depth that completes once the receiver starts, and a receive whose size
-// differs from its send. Every message is checked byte for byte against what its sender wrote.
+// receive, a send beyond the depth that completes once the receiver starts, and receives whose size
+// differs from their send. Every message is checked byte for byte against what its sender wrote.
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -67,6 +68,11 @@ struct World {
       channels = std::max(channels, in[p].bytes ? pair_channels(in[p].bytes, kChannelBytes, kMostChannels) : 0);
       channels = std::max(channels, out[p].bytes ? pair_channels(out[p].bytes, kChannelBytes, kMostChannels) : 0);
     }
+    std::vector<std::int32_t> in_channels(n), out_channels(n);
+    for (int p = 0; p < n; ++p) {
+      in_channels[p] = pair_channels(in[p].bytes, kChannelBytes, kMostChannels);
+      out_channels[p] = pair_channels(out[p].bytes, kChannelBytes, kMostChannels);
+    }
     for (int c = 0; c < channels; ++c) {
       std::vector<Part> ins(n, Part{nullptr, 0}), outs(n, Part{nullptr, 0});
       std::vector<u64> s(n), t(n);
@@ -77,9 +83,10 @@ struct World {
       x.box_packets = kBoxPackets;
       x.pbox = pbox.data();
       x.acks = ack_ptr.data();
+      x.in_channels = in_channels.data();
+      x.out_channels = out_channels.data();
       for (int p = 0; p < n; ++p) {
-        const int ci = pair_channels(in[p].bytes, kChannelBytes, kMostChannels);
-        const int co = pair_channels(out[p].bytes, kChannelBytes, kMostChannels);
+        const int ci = in_channels[p], co = out_channels[p];
         if (in[p].bytes && c < ci) {
           ins[p] = slice_of(in[p], c, ci);
           x.sends |= 1u << p;
@@ -226,4 +233,30 @@ TEST_CASE("pair exchange: a receive whose size differs from its send stops with 
   b.join();
   CHECK(s0 == Status::ok);
   CHECK(s1 == Status::invalid_usage);
+}
+
+TEST_CASE("pair exchange: a receive cut in more channels than its send stops with invalid_usage at once", "[snac][pair]") {
+  // 128 bytes travel in 2 channels of 64, 256 in 4 of 64: the first two slices have equal sizes, and
+  // the receiver's last two channels have no sender.
+  World w(2);
+  std::vector<char> data(128, 1), got(256, 0);
+  Status s0 = Status::ok, s1 = Status::ok;
+  const auto t0 = std::chrono::steady_clock::now();
+  double took = 0;
+  std::thread a([&] {
+    std::vector<Part> in(2, Part{nullptr, 0}), out(2, Part{nullptr, 0});
+    in[1] = Part{data.data(), data.size()};
+    s0 = w.round(0, in, out, 20);
+  });
+  std::thread b([&] {
+    std::vector<Part> in(2, Part{nullptr, 0}), out(2, Part{nullptr, 0});
+    out[0] = Part{got.data(), got.size()};
+    s1 = w.round(1, in, out, 20);
+    took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  a.join();
+  b.join();
+  CHECK(s0 == Status::ok);
+  CHECK(s1 == Status::invalid_usage);
+  CHECK(took < 5.0);  // found by the tag, not by the 20 s timeout
 }

@@ -21,6 +21,8 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) pair_kernel(const __gr
   __shared__ std::uint64_t* acks[N];
   __shared__ std::uint64_t sent[N];
   __shared__ std::uint64_t taken[N];
+  __shared__ std::int32_t in_channels[N];
+  __shared__ std::int32_t out_channels[N];
   __shared__ unsigned sends, recvs;
   __shared__ atom::SmCtaWords words;
   __shared__ atom::WordTables tables;
@@ -36,6 +38,8 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) pair_kernel(const __gr
   if (t < n) {
     in[t] = slice(a.in[t], a.in_channels[t], a.in_share[t], &send);
     out[t] = slice(a.out[t], a.out_channels[t], a.out_share[t], &recv);
+    in_channels[t] = a.in_channels[t];
+    out_channels[t] = a.out_channels[t];
     pbox[t] = a.pbox[t];
     acks[t] = a.acks[t];
   }
@@ -73,6 +77,8 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) pair_kernel(const __gr
   x.taken = taken;
   x.sends = sends;
   x.recvs = recvs;
+  x.in_channels = in_channels;
+  x.out_channels = out_channels;
   atom::WordAtom<N, void, false, Aligned> atom(ReduceOp{}, a.guard, &words, &tables, a.pdl, -1, a.one_gpu);
   // Every step agreed on its outcome: the status is the CTA's.
   const Status s = pair_call(atom, x, call);

@@ -27,6 +27,12 @@ class Executor {
   virtual std::string last_plan() const = 0;
   // An error a datapath found after the call returned (a kernel that timed out or was aborted).
   virtual Status async_status() const { return Status::ok; }
+  // The mismatch a peer reported to this rank (invalid_usage), where this datapath can tell: from its
+  // fault word (host), or from a kernel that met it (async_status, GPU). Read after a peer's
+  // departure, to tell a peer that left because it found the calls different from one that died.
+  virtual Status raised_fault() const {
+    return async_status() == Status::invalid_usage ? Status::invalid_usage : Status::ok;
+  }
   // Whether this datapath serves `op`; if not, *why says so (logged at INFO as the operation is
   // handed to the real NCCL instead). The answer may depend only on values every rank shares.
   virtual bool supports(const Op& op, std::string* why) const {

@@ -188,6 +188,12 @@ class HostExecutor final : public Executor {
     if (!p.name) return {};
     return p.twice ? fmt::format("{}_{}_{}", p.name, p.how, p.how) : fmt::format("{}_{}", p.name, p.how);
   }
+  // A fault a peer raised in this rank's window (it found the ranks' calls different), whether or
+  // not a call of this rank has met it yet.
+  Status raised_fault() const override {
+    if (windows_.empty() || !windows_[ctx_.rank].fault) return Status::ok;
+    return static_cast<Status>(std::atomic_ref<std::uint64_t>(*windows_[ctx_.rank].fault).load(std::memory_order_acquire));
+  }
 
  private:
   // The latency exchange serves every collective but Send/Recv rounds (which not every rank calls)

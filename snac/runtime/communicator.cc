@@ -204,7 +204,7 @@ void Communicator::watch() {
       set_failure(Status::remote_error,
                   fmt::format("rank {} of {}: rank {} left without a farewell (its process died or it aborted)", rank_,
                               nranks_, dead),
-                  false);
+                  false, true);
     }
   }
 }
@@ -218,19 +218,32 @@ void Communicator::stop_watching() {
   if (watcher_.joinable()) watcher_.join();
 }
 
-void Communicator::set_failure(Status s, std::string why, bool report) {
+bool Communicator::set_failure(Status s, std::string why, bool report, bool departure) {
   {
     std::lock_guard<std::mutex> g(failure_mu_);
-    if (failure_.load() != 0) return;  // the first failure is the one reported
+    // The first failure is the one reported, unless it was a departure and this is a mismatch.
+    if (failure_.load() != 0 && !(departure_.load() && s == Status::invalid_usage)) return false;
     failure_why_ = why;
+    departure_.store(departure);
     failure_.store(static_cast<int>(s), std::memory_order_release);
   }
   if (report) fail(s, why);
   if (executor_) executor_->abort();
+  return true;
+}
+
+bool Communicator::mismatch_after_departure() const {
+  return departure_.load() && executor_ && executor_->raised_fault() == Status::invalid_usage;
+}
+
+Status Communicator::failure() const {
+  const int f = failure_.load(std::memory_order_acquire);
+  if (f != 0 && mismatch_after_departure()) return Status::invalid_usage;
+  return static_cast<Status>(f);
 }
 
 Status Communicator::async_status() const {
-  if (int f = failure_.load(std::memory_order_acquire); f != 0) return static_cast<Status>(f);
+  if (const Status f = failure(); f != Status::ok) return f;
   // A kernel that revoke() stopped reports the stop; the revoke itself is no failure (later calls
   // are refused as revoked instead).
   if (revoked_.load()) return Status::ok;
@@ -244,11 +257,12 @@ Status Communicator::async_status() const {
 }
 
 std::string Communicator::failure_reason() const {
-  {
+  const bool mismatch = mismatch_after_departure();
+  if (!mismatch) {
     std::lock_guard<std::mutex> g(failure_mu_);
     if (!failure_why_.empty()) return failure_why_;
   }
-  if (executor_ && executor_->async_status() == Status::invalid_usage)
+  if (mismatch || (executor_ && executor_->async_status() == Status::invalid_usage))
     return fmt::format("{}: it stopped on the {} datapath, and the communicator runs no collective again",
                        kDifferentArguments, executor_->datapath());
   if (executor_ && executor_->async_status() != Status::ok)
@@ -262,8 +276,7 @@ Status Communicator::refusal() const {
   if (revoked_.load())
     return fail(Status::invalid_usage,
                 "the communicator's collectives were stopped (ncclCommRevoke, or ncclCommShrink with NCCL_SHRINK_ABORT)");
-  if (int f = failure_.load(std::memory_order_acquire); f != 0)
-    return fail(static_cast<Status>(f), "the communicator failed: " + failure_reason());
+  if (const Status f = failure(); f != Status::ok) return fail(f, "the communicator failed: " + failure_reason());
   if (aborted_.load()) return fail(Status::remote_error, "the communicator was aborted");
   return Status::ok;
 }
@@ -331,9 +344,11 @@ Status Communicator::execute(std::span<const Op> ops, std::span<const PeerOp> p2
   // A failed call leaves the protocol state inconsistent across ranks: the communicator is broken.
   // A call that revoke() or a dead peer stopped says why.
   auto failed_with = [this](Status s) {
-    if (revoked_.load() || failure_.load() != 0 || aborted_.load()) return refusal();
-    set_failure(s, last_error(), false);  // the datapath reported it already
-    return s;
+    if (revoked_.load() || aborted_.load()) return refusal();
+    // The datapath reported it already. A mismatch this call found replaces a departure the watcher
+    // recorded first.
+    if (set_failure(s, last_error(), false)) return s;
+    return refusal();
   };
   // With one rank, a call that is a copy (one_rank_copy) is only that copy.
   const bool alone = nranks_ == 1;

@@ -112,8 +112,14 @@ class Communicator {
   void watch();
   void stop_watching();
   // Records the first failure and ends the datapath's waits; `report` also logs it and makes it the
-  // calling thread's last error.
-  void set_failure(Status s, std::string why, bool report);
+  // calling thread's last error. A peer's departure (`departure`, the watcher's) gives way to a
+  // mismatch found later: the peer that found the ranks' calls different raised the fault and
+  // aborted, and its exit may reach the watcher before the fault reaches this rank's call. Returns
+  // whether it recorded this failure.
+  bool set_failure(Status s, std::string why, bool report, bool departure = false);
+  // The failure recorded, or a mismatch the datapath found after a departure was recorded.
+  Status failure() const;
+  bool mismatch_after_departure() const;
   // The error a collective reports when the communicator cannot run it (revoked, failed, aborted).
   Status refusal() const;
 
@@ -130,6 +136,7 @@ class Communicator {
   std::atomic<bool> aborted_{false};  // abort(): everything stops, children being created too
   std::atomic<bool> revoked_{false};  // revoke(): collectives stop, the bootstrap goes on
   std::atomic<int> failure_{0};       // a Status: the first failure of a call or of a peer
+  std::atomic<bool> departure_{false};  // failure_ is a peer's departure (the watcher's)
   mutable std::atomic<bool> reported_async_{false};  // the datapath's failure has had its WARN line
   mutable std::mutex failure_mu_;
   std::string failure_why_;

@@ -63,15 +63,14 @@ struct World {
   Status round(int me, const std::vector<Part>& in, const std::vector<Part>& out, double timeout_s = 20) {
     std::atomic<bool> failed{false};
     atom::HostAtom a(DataType::uint8, ReduceOp{}, atom::WaitGuard{&abort, &failed, timeout_s, nullptr});
+    // Each message's channels; the round runs as many as its widest message.
     int channels = 0;
-    for (int p = 0; p < n; ++p) {
-      channels = std::max(channels, in[p].bytes ? pair_channels(in[p].bytes, kChannelBytes, kMostChannels) : 0);
-      channels = std::max(channels, out[p].bytes ? pair_channels(out[p].bytes, kChannelBytes, kMostChannels) : 0);
-    }
     std::vector<std::int32_t> in_channels(n), out_channels(n);
     for (int p = 0; p < n; ++p) {
       in_channels[p] = pair_channels(in[p].bytes, kChannelBytes, kMostChannels);
       out_channels[p] = pair_channels(out[p].bytes, kChannelBytes, kMostChannels);
+      if (in[p].bytes) channels = std::max(channels, in_channels[p]);
+      if (out[p].bytes) channels = std::max(channels, out_channels[p]);
     }
     for (int c = 0; c < channels; ++c) {
       std::vector<Part> ins(n, Part{nullptr, 0}), outs(n, Part{nullptr, 0});

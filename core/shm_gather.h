@@ -6,6 +6,11 @@
 //
 // Two slots per rank suffice: a rank writes round r + 2 only after it has read every rank's record
 // of round r + 1, which each posted only after reading every record of round r.
+//
+// A caller that meets its peers here for some of its calls only can name each round's call: a
+// number the ranks count alike over all their calls. Each rank says which calls it ran without a
+// round (pass), so that a peer waiting in a round for a call this rank ran another way learns at
+// once that the ranks' calls differed, instead of waiting until the timeout.
 #pragma once
 
 #include <cstddef>
@@ -35,7 +40,12 @@ class ShmGather {
   // all[0 .. nranks-1]. Every rank runs the same number of rounds. Fails after timeout_s, or once
   // `stop` (may be empty) returns true; after a failure the ranks no longer count rounds alike, so
   // every later round fails at once.
-  Status all_gather(const void* mine, void* all, const std::function<bool()>& stop);
+  // `call` (0: none named) is the caller's call this round stands for, counted alike on every rank
+  // from 1. A peer whose round names another call, or that passed this one, made another call: the
+  // round fails with Status::invalid_usage.
+  Status all_gather(const void* mine, void* all, const std::function<bool()>& stop, std::uint64_t call = 0);
+  // This rank ran `call` (as all_gather names calls, growing) without a round.
+  void pass(std::uint64_t call);
 
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
@@ -45,6 +55,7 @@ class ShmGather {
   ShmGather() = default;
   struct Slot;
   Slot* slot(int rank, std::uint64_t round) const;
+  std::uint64_t* passed(int rank) const;
 
   ShmSegment segment_;
   int rank_ = 0;

@@ -218,6 +218,9 @@ class SmExecutor final : public Executor {
     PURLIN_TRY(boot.barrier());  // every peer has mapped every window
 
     peers_ = std::make_unique<PeerBuffers>(&boot, device_, config().bootstrap_timeout_s);
+    if (policy_.zero_staging_eager && n > 1) PURLIN_TRY(peers_->start_eager());
+    fault_words_.resize(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) fault_words_[r] = Window::at(bases[r], geo_).fault;
     if (policy_.zero_staging_min_bytes && n > 1) PURLIN_TRY(PairBoard::create(boot, device_, config().bootstrap_timeout_s, &board_));
     args_.ctx.rank = me;
     args_.ctx.nranks = n;
@@ -264,10 +267,19 @@ class SmExecutor final : public Executor {
   Status execute(const Op& op, void* stream_ptr) override {
     PURLIN_TRY(refusal());
     auto stream = static_cast<cudaStream_t>(stream_ptr);
+    // Collectives (not Send/Recv rounds) are counted alike on every rank, so that a rank at the
+    // in-place agreement learns when a peer ran the same call another way.
+    const std::uint64_t call = op.kind == CollKind::send_recv ? 0 : ++collectives_;
     // A call the exchange ran before, with the same arguments and buffers: straight to its launch.
-    if (const ExchangeMemo* m = recall(op)) return run_exchange(op.kind, m->x, m->threads, stream);
+    if (const ExchangeMemo* m = recall(op)) {
+      peers_->ran(call);
+      return run_exchange(op.kind, m->x, m->threads, stream);
+    }
     bool zero_staged = false;
-    PURLIN_TRY(zero_staging(op, stream, &zero_staged));
+    const Status zs = zero_staging(op, stream, call, &zero_staged);
+    peers_->ran(call);
+    if (zs == Status::invalid_usage) raise_fault_from_host();
+    PURLIN_TRY(zs);
     if (zero_staged) return Status::ok;
     last_zero_staging_.store(false, std::memory_order_relaxed);
     ExchangeArgs x;
@@ -576,6 +588,22 @@ class SmExecutor final : public Executor {
     std::fclose(f);
   }
 
+  // A mismatch found on the host (the in-place agreement): every peer's fault word gets it, as
+  // raise_fault stores one a kernel found, so that the peers' kernels waiting for this rank's
+  // messages end too. Copies on a stream of their own: nothing of the user's runs before them.
+  void raise_fault_from_host() {
+    static const std::uint64_t kFault = static_cast<std::uint64_t>(Status::invalid_usage);
+    cudaStream_t s = nullptr;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    for (int r = 0; r < xargs_.nranks; ++r)
+      if (r != xargs_.rank) cudaMemcpyAsync(fault_words_[r], &kFault, sizeof kFault, cudaMemcpyHostToDevice, s);
+    if (cudaStreamSynchronize(s) != cudaSuccess) cudaGetLastError();
+    cudaStreamDestroy(s);
+  }
+
   // Why no call may run any more: an abort, or an earlier call that failed on the GPU.
   Status refusal() const {
     if (*abort_host_) return fail(Status::remote_error, "the communicator was aborted");
@@ -603,7 +631,7 @@ class SmExecutor final : public Executor {
   // one where the policy allows (zero_staging_eager). Every rank computes the same answer: the
   // checks before PeerBuffers::share and share_eager use only what all ranks' calls share
   // (collective, sizes, capture, policy), and those decide on what every rank offered.
-  Status zero_staging(const Op& op, cudaStream_t stream, bool* ran) {
+  Status zero_staging(const Op& op, cudaStream_t stream, std::uint64_t call, bool* ran) {
     *ran = false;
     if (!policy_.zero_staging_min_bytes || op.ragged || op.in.empty() || op.out.empty()) return Status::ok;
     ZeroStagingKind kind;
@@ -701,7 +729,7 @@ class SmExecutor final : public Executor {
     mine.overlap_ok = kind != ZeroStagingKind::all_to_all;
     bool go = false;
     if (captured) PURLIN_TRY(peers_->share(mine, graph, &go, a.in, a.out));
-    else PURLIN_TRY(peers_->share_eager(mine, &go, a.in, a.out));
+    else PURLIN_TRY(peers_->share_eager(mine, call, &go, a.in, a.out));
     if (!go) return Status::ok;
     last_stream_used_ = true;
     last_local_.store(false, std::memory_order_relaxed);
@@ -975,6 +1003,8 @@ class SmExecutor final : public Executor {
   std::atomic<bool> last_zero_staging_{false};
   std::atomic<bool> last_ce_{false};
   std::unique_ptr<PeerBuffers> peers_;
+  std::uint64_t collectives_ = 0;            // this rank's collectives so far (not Send/Recv rounds)
+  std::vector<std::uint64_t*> fault_words_;  // every rank's channel-0 fault word as mapped here
   std::uint64_t zs_off_ = 0;
   std::vector<std::uint64_t*> zs_words_;  // every rank's barrier words as mapped here
   // Zero-staged Send/Recv: the board its messages' ends meet on, every rank's leg words as mapped

@@ -289,19 +289,22 @@ Status PeerBuffers::share(const Mine& mine, cudaGraph_t graph, bool* go, const c
   return Status::ok;
 }
 
-Status PeerBuffers::share_eager(const Mine& mine, bool* go, const char** in, char** out) {
+Status PeerBuffers::start_eager() { return ShmGather::create(*boot_, sizeof(Offer), timeout_s_, &gather_); }
+
+Status PeerBuffers::share_eager(const Mine& mine, std::uint64_t call, bool* go, const char** in, char** out) {
   *go = false;
   last_used_.clear();
+  if (!gather_) return fail(Status::internal_error, "zero-staging outside graphs was not set up");
   const int n = boot_->nranks();
   take_returns();
   reap();
   if (!mailbox_) PURLIN_TRY(FdMailbox::open(&mailbox_));
-  if (!gather_) PURLIN_TRY(ShmGather::create(*boot_, sizeof(Offer), timeout_s_, &gather_));
 
   Offer my;
   PURLIN_TRY(describe_call(mine, &my));
   std::vector<Offer> all(static_cast<std::size_t>(n));
-  PURLIN_TRY(gather_->all_gather(&my, all.data(), [this] { return boot_->stopped(); }));
+  eager_met_ = call;
+  PURLIN_TRY(gather_->all_gather(&my, all.data(), [this] { return boot_->stopped(); }, call));
   for (const Offer& o : all)
     if (!o.ok || o.key != my.key) return Status::ok;  // every rank sees the same offers
 

@@ -62,9 +62,19 @@ class PeerBuffers {
   // rank's buffers are mapped here (into in[] and out[], by rank), false when some rank's cannot
   // be shared or the calls differ (every rank then comes to the same answer and stages the call).
   Status share(const Mine& mine, cudaGraph_t graph, bool* go, const char** in, char** out);
-  // The same for a call outside any graph (collective over the communicator, every rank at the
-  // same call). After a call it let run (*go), launched() must follow.
-  Status share_eager(const Mine& mine, bool* go, const char** in, char** out);
+  // Collective over the communicator: sets up the agreement of calls outside graphs (share_eager).
+  // Every rank then says which of its collectives met there and which did not (ran), so that a rank
+  // at an agreement whose peer ran the same call another way fails at once (Status::invalid_usage).
+  Status start_eager();
+  // The same as share for a call outside any graph (collective over the communicator, every rank at
+  // the same call), `call` the rank's count of its collectives (ShmGather's call numbers). After a
+  // call it let run (*go), launched() must follow.
+  Status share_eager(const Mine& mine, std::uint64_t call, bool* go, const char** in, char** out);
+  // This rank's collective `call` ran: says so to the peers if it did not meet them at the agreement
+  // (nothing for call 0, a Send/Recv round, or before start_eager).
+  void ran(std::uint64_t call) {
+    if (gather_ && call && call != eager_met_) gather_->pass(call);
+  }
   // The call share_eager let run was launched on `stream`: its mappings are kept until it completes.
   Status launched(cudaStream_t stream);
 
@@ -124,6 +134,7 @@ class PeerBuffers {
     std::uint64_t base = 0, bytes = 0;
   };
   std::unique_ptr<ShmGather> gather_;
+  std::uint64_t eager_met_ = 0;  // the last collective that met at the agreement
   std::uint64_t eager_calls_ = 0;
   std::map<Key, Agreed> agreed_;
   std::set<Key> refused_;

@@ -159,3 +159,93 @@ TEST_CASE("shm_gather: a stop request ends a waiting round", "[core][shm_gather]
   CHECK(waited >= 0.15);
   CHECK(waited < 5.0);
 }
+
+TEST_CASE("shm_gather: calls the ranks run alike, some in rounds and some passed, never fail", "[core][shm_gather]") {
+  loopback::use();
+  const int n = 4;
+  const std::uint64_t calls = 3000;
+  UniqueId id;
+  REQUIRE(purlin::make_unique_id(&id) == Status::ok);
+  Checker c;
+  rank_threads::run(n, [&](int r) {
+    std::unique_ptr<Bootstrap> boot;
+    std::unique_ptr<ShmGather> g = setup(id, r, n, 30, c, &boot);
+    if (!g) return;
+    std::mt19937 alike(12345);  // which calls meet: the same on every rank
+    std::mt19937 rng(static_cast<unsigned>(r * 104729 + 3));
+    std::vector<unsigned char> mine(kRecord), all(kRecord * n), want(kRecord);
+    std::uint64_t rounds = 0;
+    for (std::uint64_t call = 1; call <= calls; ++call) {
+      // Ranks linger at random, so that a peer passes calls and posts the next round while this rank
+      // still waits in an earlier one.
+      if (rng() % 89 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
+      if (alike() % 5 < 2) {
+        g->pass(call);
+        continue;
+      }
+      record(r, rounds, mine.data());
+      const Status s = g->all_gather(mine.data(), all.data(), {}, call);
+      if (s != Status::ok) {
+        c.expect(false, "call " + std::to_string(call) + " failed on rank " + std::to_string(r));
+        return;
+      }
+      for (int p = 0; p < n; ++p) {
+        record(p, rounds, want.data());
+        c.expect(std::memcmp(all.data() + p * kRecord, want.data(), kRecord) == 0,
+                 "rank " + std::to_string(r) + " call " + std::to_string(call) + ": rank " + std::to_string(p) +
+                     "'s record differs");
+      }
+      ++rounds;
+    }
+    c.expect(g->rounds() == rounds, "round count");
+  });
+  INFO(c.first);
+  CHECK(c.first.empty());
+}
+
+TEST_CASE("shm_gather: a round whose call a peer ran another way fails at once with invalid_usage",
+          "[core][shm_gather]") {
+  loopback::use();
+  const int n = 3;
+  UniqueId id;
+  REQUIRE(purlin::make_unique_id(&id) == Status::ok);
+  Checker c;
+  std::vector<double> waited(n, 0);
+  std::vector<Status> got(n, Status::ok);
+  std::vector<std::string> why(n);
+  std::atomic<int> done{0};
+  rank_threads::run(n, [&](int r) {
+    std::unique_ptr<Bootstrap> boot;
+    // A timeout far beyond the limit below: only the passed call can end the round in time.
+    std::unique_ptr<ShmGather> g = setup(id, r, n, 30, c, &boot);
+    if (!g) return;
+    std::vector<unsigned char> mine(kRecord), all(kRecord * n);
+    for (std::uint64_t call = 1; call <= 2; ++call) {
+      record(r, call, mine.data());
+      c.expect(g->all_gather(mine.data(), all.data(), {}, call) == Status::ok, "the calls before the mismatch");
+    }
+    const Clock::time_point t0 = Clock::now();
+    if (r == 0) {
+      // Rank 0 runs call 3 without a round, as though its arguments took another path, and meets
+      // its peers at call 4: their records name call 3.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      g->pass(3);
+      got[r] = g->all_gather(mine.data(), all.data(), {}, 4);
+    } else {
+      got[r] = g->all_gather(mine.data(), all.data(), {}, 3);
+    }
+    waited[r] = std::chrono::duration<double>(Clock::now() - t0).count();
+    why[r] = purlin::last_error();
+    c.expect(g->all_gather(mine.data(), all.data(), {}, 5) != Status::ok, "a failed gather fails again");
+    done.fetch_add(1);
+    while (done.load() < n) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  });
+  INFO(c.first);
+  CHECK(c.first.empty());
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r);
+    CHECK(got[r] == Status::invalid_usage);
+    CHECK(waited[r] < 2.0);
+    CHECK(why[r].find("different arguments") != std::string::npos);
+  }
+}

@@ -48,6 +48,17 @@ std::unique_ptr<ShmGather> setup(const UniqueId& id, int r, int n, double timeou
   return g;
 }
 
+// Checks that all[] holds every rank's record of round k; `where` names the round in the message.
+void expect_records(Checker& c, int r, int n, std::uint64_t k, const std::vector<unsigned char>& all,
+                    const std::string& where) {
+  std::vector<unsigned char> want(kRecord);
+  for (int p = 0; p < n; ++p) {
+    record(p, k, want.data());
+    c.expect(std::memcmp(all.data() + p * kRecord, want.data(), kRecord) == 0,
+             "rank " + std::to_string(r) + " " + where + ": rank " + std::to_string(p) + "'s record differs");
+  }
+}
+
 }  // namespace
 
 TEST_CASE("shm_gather: every rank reads every rank's record of every round", "[core][shm_gather]") {
@@ -62,7 +73,7 @@ TEST_CASE("shm_gather: every rank reads every rank's record of every round", "[c
       std::unique_ptr<ShmGather> g = setup(id, r, n, 30, c, &boot);
       if (!g) return;
       std::mt19937 rng(static_cast<unsigned>(r * 7919 + n));
-      std::vector<unsigned char> mine(kRecord), all(kRecord * n), want(kRecord);
+      std::vector<unsigned char> mine(kRecord), all(kRecord * n);
       for (std::uint64_t k = 0; k < rounds; ++k) {
         // Now and then a rank lingers, so that its peers run ahead into the round's other slot.
         if (rng() % 97 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
@@ -72,12 +83,7 @@ TEST_CASE("shm_gather: every rank reads every rank's record of every round", "[c
           c.expect(false, "round " + std::to_string(k) + " failed on rank " + std::to_string(r));
           return;
         }
-        for (int p = 0; p < n; ++p) {
-          record(p, k, want.data());
-          c.expect(std::memcmp(all.data() + p * kRecord, want.data(), kRecord) == 0,
-                   "rank " + std::to_string(r) + " round " + std::to_string(k) + ": rank " + std::to_string(p) +
-                       "'s record differs");
-        }
+        expect_records(c, r, n, k, all, "round " + std::to_string(k));
       }
       c.expect(g->rounds() == rounds, "round count");
     });
@@ -173,7 +179,7 @@ TEST_CASE("shm_gather: calls the ranks run alike, some in rounds and some passed
     if (!g) return;
     std::mt19937 alike(12345);  // which calls meet: the same on every rank
     std::mt19937 rng(static_cast<unsigned>(r * 104729 + 3));
-    std::vector<unsigned char> mine(kRecord), all(kRecord * n), want(kRecord);
+    std::vector<unsigned char> mine(kRecord), all(kRecord * n);
     std::uint64_t rounds = 0;
     for (std::uint64_t call = 1; call <= calls; ++call) {
       // Ranks linger at random, so that a peer passes calls and posts the next round while this rank
@@ -189,12 +195,7 @@ TEST_CASE("shm_gather: calls the ranks run alike, some in rounds and some passed
         c.expect(false, "call " + std::to_string(call) + " failed on rank " + std::to_string(r));
         return;
       }
-      for (int p = 0; p < n; ++p) {
-        record(p, rounds, want.data());
-        c.expect(std::memcmp(all.data() + p * kRecord, want.data(), kRecord) == 0,
-                 "rank " + std::to_string(r) + " call " + std::to_string(call) + ": rank " + std::to_string(p) +
-                     "'s record differs");
-      }
+      expect_records(c, r, n, rounds, all, "call " + std::to_string(call));
       ++rounds;
     }
     c.expect(g->rounds() == rounds, "round count");

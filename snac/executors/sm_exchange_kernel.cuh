@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) exchange_kernel(const 
 
 template <class D, class Fixed, int Slots>
 cudaError_t launch_exchange_slots(const ExchangeArgs& a, int threads, cudaStream_t stream) {
-  return launch_kernel(exchange_kernel<D, Fixed, Slots>, dim3(static_cast<unsigned>(a.channels)),
+  return launch_kernel<exchange_kernel<D, Fixed, Slots>>(dim3(static_cast<unsigned>(a.channels)),
                        dim3(static_cast<unsigned>(threads)), a.pdl, stream, a);
 }
 

@@ -24,6 +24,7 @@
 #include "core/fd_passing.h"
 #include "core/log.h"
 #include "snac/executors/datapaths.h"
+#include "snac/executors/kernel_list.h"
 #include "snac/executors/sm_exchange.h"
 #include "snac/executors/sm_kernel.h"
 #include "snac/executors/sm_pair_board.h"
@@ -80,6 +81,7 @@ class SmExecutor final : public Executor {
     if (n > kMaxRanks)
       return fail(Status::invalid_usage, fmt::format("the SM datapath serves at most {} ranks (asked for {})", kMaxRanks, n));
     PURLIN_TRY(cuda::set_device(device_));
+    PURLIN_TRY(load_kernels(device_));
     geo_ = WindowGeometry::make(n, policy_.staging_half, policy_.packets_per_pair);
     // The latency exchange's boxes follow the channels' windows in the same allocation.
     exchange_off_ = geo_.total * channels_;
@@ -278,7 +280,10 @@ class SmExecutor final : public Executor {
     bool zero_staged = false;
     const Status zs = zero_staging(op, stream, call, &zero_staged);
     peers_->ran(call);
-    if (zs == Status::invalid_usage) raise_fault_from_host();
+    // A mismatch, or a failure after the ranks agreed to run the call in place (their kernels then
+    // wait for this rank's): end the peers' waits.
+    if (zs == Status::invalid_usage) raise_fault_from_host(zs);
+    else if (failed(zs) && zero_staged) raise_fault_from_host(Status::remote_error);
     PURLIN_TRY(zs);
     if (zero_staged) return Status::ok;
     last_zero_staging_.store(false, std::memory_order_relaxed);
@@ -292,8 +297,11 @@ class SmExecutor final : public Executor {
     const Op* generic = &op;
     bool legs_aside = false;
     if (op.kind == CollKind::send_recv && board_) {
-      bool any = false;
-      PURLIN_TRY(zero_staging_legs(op, stream, &unmoved, &any, &legs_aside));
+      bool any = false, settled = false;
+      const Status legs = zero_staging_legs(op, stream, &unmoved, &any, &legs_aside, &settled);
+      // A peer whose leg with this rank was agreed waits for it on the GPU: end its wait.
+      if (failed(legs) && settled) raise_fault_from_host(Status::remote_error);
+      PURLIN_TRY(legs);
       if (any) {
         if (!carries_bytes(unmoved)) return Status::ok;
         generic = &unmoved;
@@ -325,9 +333,11 @@ class SmExecutor final : public Executor {
   // messages too, the legs' kernel runs beside it on a stream of ours (*aside; join_legs joins it
   // after the staged launches), as NCCL runs a round's messages together: a leg may wait for a
   // peer whose matching message comes after a staged one on the peer's stream.
-  Status zero_staging_legs(const Op& op, cudaStream_t stream, Op* rest, bool* any, bool* aside) {
+  // *settled: some peer agreed a leg with this rank (it then waits for this rank's part on the GPU).
+  Status zero_staging_legs(const Op& op, cudaStream_t stream, Op* rest, bool* any, bool* aside, bool* settled) {
     *any = false;
     *aside = false;
+    *settled = false;
     const int n = xargs_.nranks, me = xargs_.rank;
     // Only messages the staged path could not buffer: a send whose receive is posted later must still
     // finish as NCCL's do (NCCL buffers some 8 MiB per pair), and an end in place depends on its
@@ -367,6 +377,7 @@ class SmExecutor final : public Executor {
         std::uint64_t their_bytes = 0;
         PURLIN_TRY(board_->meet(p, side, part.ptr, part.bytes, graph, &role, &theirs, &their_bytes));
         if (role == PairBoard::Role::staged) continue;
+        *settled = true;
         ZeroStagingLeg& l = a.legs[a.count++];
         l.peer = static_cast<std::uint8_t>(p);
         l.side = static_cast<std::uint8_t>(side);
@@ -588,18 +599,20 @@ class SmExecutor final : public Executor {
     std::fclose(f);
   }
 
-  // A mismatch found on the host (the in-place agreement): every peer's fault word gets it, as
-  // raise_fault stores one a kernel found, so that the peers' kernels waiting for this rank's
-  // messages end too. Copies on a stream of their own: nothing of the user's runs before them.
-  void raise_fault_from_host() {
-    static const std::uint64_t kFault = static_cast<std::uint64_t>(Status::invalid_usage);
+  // A failure found on the host that peers' kernels would otherwise wait out (a mismatch at the
+  // in-place agreement, or a Send/Recv leg agreed with a peer that this rank then could not launch):
+  // every peer's fault word gets it, as raise_fault stores one a kernel found, so that the peers'
+  // kernels waiting for this rank end too. Copies on a stream of their own, waited for here: nothing
+  // of the user's runs before them.
+  void raise_fault_from_host(Status why) {
+    const std::uint64_t fault = static_cast<std::uint64_t>(why);
     cudaStream_t s = nullptr;
     if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
       cudaGetLastError();
       return;
     }
     for (int r = 0; r < xargs_.nranks; ++r)
-      if (r != xargs_.rank) cudaMemcpyAsync(fault_words_[r], &kFault, sizeof kFault, cudaMemcpyHostToDevice, s);
+      if (r != xargs_.rank) cudaMemcpyAsync(fault_words_[r], &fault, sizeof fault, cudaMemcpyHostToDevice, s);
     if (cudaStreamSynchronize(s) != cudaSuccess) cudaGetLastError();
     cudaStreamDestroy(s);
   }

@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kSmThreads, 2) snac_kernel(const __grid_consta
 
 template <class D>
 cudaError_t launch(const KernelArgs& a, cudaStream_t stream) {
-  return launch_kernel(snac_kernel<D>, dim3(static_cast<unsigned>(a.channels * role_count<D>())), dim3(kSmThreads),
+  return launch_kernel<snac_kernel<D>>(dim3(static_cast<unsigned>(a.channels * role_count<D>())), dim3(kSmThreads),
                        a.pdl, stream, a);
 }
 

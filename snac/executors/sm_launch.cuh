@@ -1,14 +1,18 @@
 // One kernel launch of the SM datapath: `grid` x `block` on `stream`, behind the previous kernel of
 // the stream with programmatic dependent launch when `pdl` (the kernel then waits with
-// griddepcontrol.wait before it reads what that kernel wrote).
+// griddepcontrol.wait before it reads what that kernel wrote). Every kernel launched here is in
+// the list that communicator init loads (kernel_list.h).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include "snac/executors/kernel_list.h"
+
 namespace purlin::snac {
 
-template <class Args>
-cudaError_t launch_kernel(void (*kernel)(Args), dim3 grid, dim3 block, bool pdl, cudaStream_t stream, const Args& a) {
+template <auto Kernel, class Args>
+cudaError_t launch_kernel(dim3 grid, dim3 block, bool pdl, cudaStream_t stream, const Args& a) {
+  (void)kListed<Kernel>;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
@@ -20,7 +24,7 @@ cudaError_t launch_kernel(void (*kernel)(Args), dim3 grid, dim3 block, bool pdl,
     config.attrs = &attr;
     config.numAttrs = 1;
   }
-  return cudaLaunchKernelEx(&config, kernel, a);
+  return cudaLaunchKernelEx(&config, Kernel, a);
 }
 
 }  // namespace purlin::snac

@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) word_kernel(const __gr
 template <class D, class Fixed, int N>
 cudaError_t launch_word(const ExchangeArgs& a, int threads, cudaStream_t stream) {
   static_assert(exchange_has_lean<D, Fixed>(), "a word kernel folds with a fixed Reducer, or copies");
-  return launch_kernel(word_kernel<D, Fixed, N>, dim3(static_cast<unsigned>(a.channels)), dim3(static_cast<unsigned>(threads)),
+  return launch_kernel<word_kernel<D, Fixed, N>>(dim3(static_cast<unsigned>(a.channels)), dim3(static_cast<unsigned>(threads)),
                        a.pdl, stream, a);
 }
 

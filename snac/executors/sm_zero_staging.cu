@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "atom/sm/sm_wide_atom.cuh"
+#include "snac/executors/kernel_list.h"
 #include "snac/executors/sm_outcome.cuh"
 #include "snac/executors/sm_zero_staging.h"
 #include "snac/protocol/zero_staging.h"
@@ -56,6 +57,7 @@ __global__ void __launch_bounds__(kZeroStagingThreads, 1) zero_staging_kernel(co
 }  // namespace
 
 cudaError_t launch_zero_staging(const ZeroStagingArgs& a, cudaStream_t stream) {
+  (void)kListed<zero_staging_kernel>;
   zero_staging_kernel<<<dim3(static_cast<unsigned>(a.ctas)), dim3(kZeroStagingThreads), 0, stream>>>(a);
   return cudaGetLastError();
 }

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "atom/sm/sm_wide_atom.cuh"
+#include "snac/executors/kernel_list.h"
 #include "snac/executors/sm_outcome.cuh"
 #include "snac/executors/sm_zero_staging.h"
 #include "snac/protocol/zero_staging.h"
@@ -34,6 +35,7 @@ cudaError_t launch_zero_staging_legs(const ZeroStagingLegArgs& a, cudaStream_t s
   bool moves = false;
   if (a.phase == ZeroStagingPhase::whole)
     for (int i = 0; i < a.count; ++i) moves = moves || a.legs[i].role == LegRole::move;
+  (void)kListed<zero_staging_legs_kernel>;
   zero_staging_legs_kernel<<<dim3(moves ? static_cast<unsigned>(a.shares) : 1u), dim3(kZeroStagingThreads), 0, stream>>>(a);
   return cudaGetLastError();
 }

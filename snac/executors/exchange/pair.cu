@@ -94,12 +94,12 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) pair_kernel(const __gr
 
 cudaError_t launch_pair(const PairArgs& a, int threads, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.channels)), block(static_cast<unsigned>(threads));
-  if (a.nranks <= 2) return a.aligned ? launch_kernel(pair_kernel<2, true>, grid, block, a.pdl, stream, a)
-                                      : launch_kernel(pair_kernel<2, false>, grid, block, a.pdl, stream, a);
-  if (a.nranks <= 4) return a.aligned ? launch_kernel(pair_kernel<4, true>, grid, block, a.pdl, stream, a)
-                                      : launch_kernel(pair_kernel<4, false>, grid, block, a.pdl, stream, a);
-  if (a.nranks <= kPairMaxRanks) return a.aligned ? launch_kernel(pair_kernel<8, true>, grid, block, a.pdl, stream, a)
-                                                  : launch_kernel(pair_kernel<8, false>, grid, block, a.pdl, stream, a);
+  if (a.nranks <= 2) return a.aligned ? launch_kernel<pair_kernel<2, true>>(grid, block, a.pdl, stream, a)
+                                      : launch_kernel<pair_kernel<2, false>>(grid, block, a.pdl, stream, a);
+  if (a.nranks <= 4) return a.aligned ? launch_kernel<pair_kernel<4, true>>(grid, block, a.pdl, stream, a)
+                                      : launch_kernel<pair_kernel<4, false>>(grid, block, a.pdl, stream, a);
+  if (a.nranks <= kPairMaxRanks) return a.aligned ? launch_kernel<pair_kernel<8, true>>(grid, block, a.pdl, stream, a)
+                                                  : launch_kernel<pair_kernel<8, false>>(grid, block, a.pdl, stream, a);
   return cudaErrorInvalidValue;
 }
 

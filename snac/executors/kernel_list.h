@@ -1,0 +1,29 @@
+// Every kernel the SM datapath can launch, listed when the library loads, so that a communicator
+// loads them all at init instead of at their first launch.
+//
+// Why: a first launch may have to load the kernel's module (lazy loading, the CUDA default) or grow
+// the context's per-thread stack to the kernel's depth; either can wait until every kernel running in
+// the context ends. Where ranks are threads of one process sharing a device, a rank's first launch of
+// a kernel would then wait for a peer's kernel that spins on this rank's data: neither ends. Loading
+// every kernel and reserving the deepest stack at init leaves no launch waiting for the context.
+#pragma once
+
+#include <cstddef>
+
+#include "core/status.h"
+
+namespace purlin::snac {
+
+// Adds `kernel` (a __global__ function's host stub) to the list; true, so that it can initialise a
+// variable at load time.
+bool list_kernel(const void* kernel);
+
+// Listed once per instantiation that names it: a launch site writes `(void)kListed<kernel>`.
+template <auto Kernel>
+inline const bool kListed = list_kernel(reinterpret_cast<const void*>(Kernel));
+
+// Loads every listed kernel on the current device and raises the context's per-thread stack to the
+// deepest of them. Logs at INFO what it loaded and how long it took.
+Status load_kernels(int device);
+
+}  // namespace purlin::snac

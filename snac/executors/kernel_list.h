@@ -1,11 +1,12 @@
 // Every kernel the SM datapath can launch, listed when the library loads, so that a communicator
 // loads them all at init instead of at their first launch.
 //
-// Why: a first launch may have to load the kernel's module (lazy loading, the CUDA default) or grow
-// the context's per-thread stack to the kernel's depth; either can wait until every kernel running in
-// the context ends. Where ranks are threads of one process sharing a device, a rank's first launch of
-// a kernel would then wait for a peer's kernel that spins on this rank's data: neither ends. Loading
-// every kernel and reserving the deepest stack at init leaves no launch waiting for the context.
+// Why: a first launch that must grow the context's per-thread stack to the kernel's depth waits until
+// every kernel running in the context ends. Where ranks are threads of one process sharing a device,
+// a rank's first launch of a kernel then waited for a peer's kernel that spins on this rank's data:
+// neither ended (measured; loading the kernels without raising the stack did not help). Reserving
+// the deepest stack at init leaves no launch waiting for the context; loading every kernel there
+// also takes the module loads (lazy by default) off the first calls.
 #pragma once
 
 #include <cstddef>

@@ -50,10 +50,15 @@ struct WordTables {
   bool recv_live[kLLGroup];
 };
 
-template <int N, class Fixed, bool Reduces, bool Aligned = true>
+// `Flat`: 0, thread q takes word q of every message (a word of each in flight together); F > 0, the
+// words of all messages of a step form one list, and each thread has F of its items in flight
+// together (the pair exchange, whose messages are independent: with one message of many words per
+// thread, the word-per-thread form waits a memory latency per word).
+template <int N, class Fixed, bool Reduces, bool Aligned = true, int Flat = 0>
 class WordAtom {
   static_assert(N >= 2 && N <= kLLGroup, "a word Atom is compiled for 2 to kLLGroup ranks");
   static_assert(!Reduces || !std::is_void_v<Fixed>, "a word Atom folds with a Reducer fixed at compile time");
+  static_assert(Flat >= 0 && Flat <= 16 && (Flat == 0 || !Reduces), "the flat form moves copies' words only");
 
  public:
   // `trigger_phase`: after the pushes of this phase the next kernel of the stream may launch
@@ -72,6 +77,18 @@ class WordAtom {
     (void)reduces;
     for (int d = threadIdx.x; d < N; d += blockDim.x) t_->send_live[d] = d < n && f(d, t_->send[d]);
     __syncthreads();
+    if constexpr (Flat > 0) {
+      push_flat();
+    } else {
+      push_words();
+    }
+#if __CUDA_ARCH__ >= 900
+    if (pdl_ && phase_ == trigger_phase_) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  }
+
+ private:
+  __device__ void push_words() {
     for (std::uint32_t q = threadIdx.x;; q += blockDim.x) {
       std::uint64_t v[N];
       bool any = false;
@@ -89,10 +106,61 @@ class WordAtom {
       }
       if (!any) break;
     }
-#if __CUDA_ARCH__ >= 900
-    if (pdl_ && phase_ == trigger_phase_) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
   }
+
+  // The items of the send table as one list: Flat of this thread's loads in flight, then their
+  // packets.
+  __device__ void push_flat() {
+    std::uint32_t end[N];
+    const std::uint32_t total = list_ends(t_->send, t_->send_live, end);
+    for (std::uint32_t base = threadIdx.x; base < total; base += blockDim.x * Flat) {
+      int d[Flat];
+      std::uint32_t q[Flat];
+      std::uint64_t v[Flat];
+#pragma unroll
+      for (int u = 0; u < Flat; ++u) {
+        const std::uint32_t i = base + static_cast<std::uint32_t>(u) * blockDim.x;
+        locate(i, end, &d[u], &q[u]);
+        const LLSend& m = t_->send[d[u]];
+        v[u] = i < total && q[u] * 8 < static_cast<std::uint32_t>(m.bytes) ? load(m.src, q[u], m.bytes) : 0;
+      }
+#pragma unroll
+      for (int u = 0; u < Flat; ++u) {
+        if (base + static_cast<std::uint32_t>(u) * blockDim.x >= total) break;
+        const LLSend& m = t_->send[d[u]];
+        st_ll(m.dst + q[u], ll_word(ll_word_data(v[u]), m.flag), ll_word(static_cast<std::uint32_t>(v[u] >> 32), m.flag));
+      }
+    }
+  }
+
+  // end[s]: the items of messages 0..s of a table (a message's packets, none for a message not
+  // live); returns them all.
+  template <class M>
+  static __device__ __forceinline__ std::uint32_t list_ends(const M* table, const bool* live, std::uint32_t* end) {
+    std::uint32_t sum = 0;
+#pragma unroll
+    for (int s = 0; s < N; ++s) {
+      if (live[s]) sum += packets(table[s].bytes);
+      end[s] = sum;
+    }
+    return sum;
+  }
+
+  // Item i of the list: message *s, packet *q (message N - 1's past the end).
+  static __device__ __forceinline__ void locate(std::uint32_t i, const std::uint32_t* end, int* s, std::uint32_t* q) {
+    int at = 0;
+    std::uint32_t start = 0;
+#pragma unroll
+    for (int k = 0; k < N - 1; ++k)
+      if (i >= end[k]) {
+        at = k + 1;
+        start = end[k];
+      }
+    *s = at;
+    *q = i - start;
+  }
+
+ public:
 
   // dst = src, word by word (this rank's own part of a copy); nothing when they are the same.
   __device__ void copy(char* dst, const char* src, std::uint64_t bytes) {
@@ -105,7 +173,8 @@ class WordAtom {
   __device__ Status receive(int n, F&& f) {
     describe(n, f);
     int result = 0;
-    for (std::uint32_t q = threadIdx.x; result == 0; q += blockDim.x) {
+    if constexpr (Flat > 0) result = receive_flat();
+    for (std::uint32_t q = threadIdx.x; Flat == 0 && result == 0; q += blockDim.x) {
       unsigned pending = 0;
 #pragma unroll
       for (int s = 0; s < N; ++s)
@@ -204,6 +273,55 @@ class WordAtom {
     return b ? (b + 7) / 8 : 1;
   }
 
+  // The items of the receive table as one list: Flat of this thread's packets awaited together, then
+  // stored. 0, or the Status that ended a wait.
+  __device__ int receive_flat() const {
+    std::uint32_t end[N];
+    const std::uint32_t total = list_ends(t_->recv, t_->recv_live, end);
+    for (std::uint32_t base = threadIdx.x; base < total; base += blockDim.x * Flat) {
+      int s[Flat];
+      std::uint32_t q[Flat];
+      std::uint64_t data[Flat];
+      unsigned pending = 0;
+#pragma unroll
+      for (int u = 0; u < Flat; ++u) {
+        const std::uint32_t i = base + static_cast<std::uint32_t>(u) * blockDim.x;
+        locate(i, end, &s[u], &q[u]);
+        if (i < total) pending |= 1u << u;
+      }
+      const unsigned stores = pending;
+      std::uint32_t spins = 0;
+      while (pending) {
+        std::uint64_t lo[Flat], hi[Flat];
+#pragma unroll
+        for (int u = 0; u < Flat; ++u)
+          if (pending >> u & 1u) ld_ll(t_->recv[s[u]].src + q[u], &lo[u], &hi[u]);
+        bool mismatch = false;
+#pragma unroll
+        for (int u = 0; u < Flat; ++u) {
+          if (!(pending >> u & 1u)) continue;
+          const std::uint32_t want = t_->recv[s[u]].flag;
+          const std::uint32_t flo = ll_word_flag(lo[u]) ^ want, fhi = ll_word_flag(hi[u]) ^ want;
+          if ((flo | fhi) == 0) {
+            data[u] = static_cast<std::uint64_t>(ll_word_data(hi[u])) << 32 | ll_word_data(lo[u]);
+            pending &= ~(1u << u);
+          } else {
+            mismatch |= (flo != 0 && flo < 0x10000u) || (fhi != 0 && fhi < 0x10000u);
+          }
+        }
+        if (mismatch) return stop(static_cast<int>(Status::invalid_usage));
+        if (pending && (++spins & 1023u) == 0)
+          if (int e = give_up()) return e;
+      }
+#pragma unroll
+      for (int u = 0; u < Flat; ++u) {
+        const LLRecv& m = t_->recv[s[u]];
+        if ((stores >> u & 1u) && q[u] * 8 < static_cast<std::uint32_t>(m.bytes)) store(m.dst, q[u], m.bytes, data[u]);
+      }
+    }
+    return 0;
+  }
+
   // The receive table of a step, described by one thread per message.
   template <class F>
   __device__ void describe(int n, F&& f) {
@@ -269,7 +387,7 @@ class WordAtom {
 };
 
 static_assert(AtomExchanges<WordAtom<8, Reducer<DataType::bf16, RedOpKind::sum>, true>> && AtomExchanges<WordAtom<2, void, false>> &&
-                  AtomPairs<WordAtom<8, void, false>>,
+                  AtomPairs<WordAtom<8, void, false>> && AtomPairs<WordAtom<8, void, false, true, 8>>,
               "the word Atom keeps the contract of atom/contract.h");
 
 }  // namespace purlin::atom

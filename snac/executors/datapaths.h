@@ -44,6 +44,9 @@ Status make_sm_executor(const ExecutorArgs& args, std::unique_ptr<Executor>* out
 // How many CTAs of the SM datapath's kernels one multiprocessor of `device` holds at once (the least
 // over all collectives); 0 without a GPU datapath.
 int sm_resident_ctas_per_sm(int device);
+// The same for the zero-staging kernels, whose CTAs of every rank sharing the GPU must be resident
+// together; 0 without a GPU datapath.
+int zero_staging_resident_ctas_per_sm(int device);
 
 // The entries and policy recipes, each defined beside its executor.
 const Datapath& sm_datapath();

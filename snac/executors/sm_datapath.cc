@@ -134,8 +134,11 @@ void derive(const Regime& r, int wanted, Policy* p) {
   p->exchange_call_bytes = kExchangeCallBytes;
   p->zero_staging_min_bytes = c.zero_staging_disabled ? 0 : c.zero_staging_min_bytes ? c.zero_staging_min_bytes
                                                                                       : kZeroStagingMinBytes;
-  // Every sharing rank's CTAs spin on each other's, so all of them must fit the GPU at once.
-  const int zs_fit = std::max(1, r.sms * per_sm / sharing);
+  // Every sharing rank's CTAs spin on each other's, so all of them must fit the GPU at once, at the
+  // zero-staging kernels' own residency (one CTA per multiprocessor where their registers fill it: 8
+  // ranks of 24 CTAs each stopped at PURLIN_TIMEOUT on a GPU of 132 multiprocessors).
+  const int zs_per_sm = r.zero_staging_ctas_per_sm > 0 ? r.zero_staging_ctas_per_sm : 1;
+  const int zs_fit = std::max(1, r.sms * zs_per_sm / sharing);
   p->zero_staging_ctas = std::clamp(c.zero_staging_ctas ? c.zero_staging_ctas : kZeroStagingCtas / sharing, 1,
                                     std::min(zs_fit, 64));
   if (c.zero_staging_ctas && p->zero_staging_ctas != c.zero_staging_ctas)
@@ -200,7 +203,8 @@ bool applies(const Site& site, std::string* why) {
 
 Policy policy(const Site& site) {
   return policy_for(sm_policy_recipe(), Regime{site.nranks, site.sharing, gpu_sm_count(site.device),
-                                               sm_resident_ctas_per_sm(site.device), gpu_arch(site.device)});
+                                               sm_resident_ctas_per_sm(site.device), gpu_arch(site.device),
+                                               zero_staging_resident_ctas_per_sm(site.device)});
 }
 
 }  // namespace

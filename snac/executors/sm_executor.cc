@@ -797,10 +797,10 @@ class SmExecutor final : public Executor {
     a.pdl = xargs_.pdl;
     a.one_gpu = args_.one_gpu;
     *rest = op;
-    std::uint64_t slice = 0;
+    std::uint64_t slice = 0, send_items = 0, recv_items = 0;
     int channels = 0;
     a.aligned = true;
-    const auto take = [&](const Part& p, Part* into, Part* left, std::int32_t* chs, std::uint32_t* share) {
+    const auto take = [&](const Part& p, Part* into, Part* left, std::int32_t* chs, std::uint32_t* share, std::uint64_t* items) {
       if (!pair_fits(p.bytes)) return;
       *into = p;
       *left = Part{nullptr, 0};
@@ -808,18 +808,23 @@ class SmExecutor final : public Executor {
       *share = static_cast<std::uint32_t>(exchange_slice(Part{nullptr, p.bytes}, 0, *chs).bytes);
       channels = std::max(channels, *chs);
       slice = std::max<std::uint64_t>(slice, *share);
+      *items += atom::ll_packets(*share);
       a.aligned = a.aligned && reinterpret_cast<std::uintptr_t>(p.ptr) % 8 == 0 && p.bytes % 8 == 0;
       *any = true;
     };
     for (int d = 0; d < n; ++d) {
       // A message to itself is a copy: it takes the pair path when both ends of it do.
       if (d == me && !(pair_fits(op.in[d].bytes) && pair_fits(op.out[d].bytes))) continue;
-      take(op.in[d], &a.in[d], &rest->in[d], &a.in_channels[d], &a.in_share[d]);
-      take(op.out[d], &a.out[d], &rest->out[d], &a.out_channels[d], &a.out_share[d]);
+      take(op.in[d], &a.in[d], &rest->in[d], &a.in_channels[d], &a.in_share[d], &send_items);
+      take(op.out[d], &a.out[d], &rest->out[d], &a.out_channels[d], &a.out_share[d], &recv_items);
     }
     if (!*any) return Status::ok;
     a.channels = channels;
     const int threads = static_cast<int>(std::clamp<std::uint64_t>((atom::ll_packets(slice) + 31) / 32 * 32, 32, kExchangeMaxThreads));
+    // A thread with more than one word of a channel to push or take keeps several in flight (the
+    // flat form): one at a time, each waits a memory latency.
+    a.flat = a.aligned && !config().pair_flat_disabled &&
+             std::max(send_items, recv_items) > static_cast<std::uint64_t>(threads);
     last_stream_used_ = true;
     last_local_.store(false, std::memory_order_relaxed);
     last_exchange_.store(true, std::memory_order_relaxed);
@@ -1054,6 +1059,11 @@ class SmExecutor final : public Executor {
 int sm_resident_ctas_per_sm(int device) {
   if (cuda::set_device(device) != Status::ok) return 0;
   return snac_ctas_per_sm();
+}
+
+int zero_staging_resident_ctas_per_sm(int device) {
+  if (cuda::set_device(device) != Status::ok) return 0;
+  return zero_staging_ctas_per_sm();
 }
 
 Status make_sm_executor(const ExecutorArgs& args, std::unique_ptr<Executor>* out) {

@@ -35,6 +35,7 @@ struct PairArgs {
   std::int32_t in_channels[kPairMaxRanks]{}, out_channels[kPairMaxRanks]{};
   std::uint32_t in_share[kPairMaxRanks]{}, out_share[kPairMaxRanks]{};
   bool aligned = false;                    // every message is whole 8-byte words at aligned addresses
+  bool flat = false;                       // aligned, and a thread has more than a word of a step to move
   atom::SmGuard guard{};
   bool pdl = false;
   bool one_gpu = false;

@@ -11,5 +11,6 @@ Status make_sm_executor(const ExecutorArgs&, std::unique_ptr<Executor>*) {
 }
 
 int sm_resident_ctas_per_sm(int) { return 0; }
+int zero_staging_resident_ctas_per_sm(int) { return 0; }
 
 }  // namespace purlin::snac

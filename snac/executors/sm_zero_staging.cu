@@ -3,6 +3,8 @@
 // step), so one kernel serves every zero-staging call.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "atom/sm/sm_wide_atom.cuh"
 #include "snac/executors/kernel_list.h"
 #include "snac/executors/sm_outcome.cuh"
@@ -60,6 +62,13 @@ cudaError_t launch_zero_staging(const ZeroStagingArgs& a, cudaStream_t stream) {
   (void)kListed<zero_staging_kernel>;
   zero_staging_kernel<<<dim3(static_cast<unsigned>(a.ctas)), dim3(kZeroStagingThreads), 0, stream>>>(a);
   return cudaGetLastError();
+}
+
+int zero_staging_ctas_per_sm() {
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, zero_staging_kernel, kZeroStagingThreads, 0) != cudaSuccess) return 0;
+  const int legs = zero_staging_legs_ctas_per_sm();
+  return legs > 0 ? std::min(blocks, legs) : 0;
 }
 
 }  // namespace purlin::snac

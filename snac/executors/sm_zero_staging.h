@@ -64,6 +64,9 @@ PURLIN_HD ZeroStagingCall zero_staging_view(const ZeroStagingArgs& a, std::uint6
 // Launches a.ctas CTAs of kZeroStagingThreads on `stream`, in stream order (no early launch: every
 // peer's CTAs spin on this rank's, so the previous kernel must be gone).
 cudaError_t launch_zero_staging(const ZeroStagingArgs& a, cudaStream_t stream);
+// How many CTAs of the zero-staging kernels (both forms) one multiprocessor of the current device
+// holds at once; 0 where that cannot be found.
+int zero_staging_ctas_per_sm();
 
 // A Send/Recv round's zero-staged messages (ZeroStagingLegs), each in `shares` shares.
 struct ZeroStagingLegArgs {
@@ -83,5 +86,6 @@ struct ZeroStagingLegArgs {
 // Launches the legs as launch_zero_staging launches a call: `shares` CTAs where this rank moves some
 // message in a whole launch, else one.
 cudaError_t launch_zero_staging_legs(const ZeroStagingLegArgs& a, cudaStream_t stream);
+int zero_staging_legs_ctas_per_sm();
 
 }  // namespace purlin::snac

@@ -40,4 +40,11 @@ cudaError_t launch_zero_staging_legs(const ZeroStagingLegArgs& a, cudaStream_t s
   return cudaGetLastError();
 }
 
+int zero_staging_legs_ctas_per_sm() {
+  int blocks = 0;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, zero_staging_legs_kernel, kZeroStagingThreads, 0) == cudaSuccess
+             ? blocks
+             : 0;
+}
+
 }  // namespace purlin::snac

@@ -74,6 +74,7 @@ struct Regime {
   int sms = 0;          // the GPU's multiprocessors (0: none)
   int ctas_per_sm = 0;  // of the datapath's CTAs, how many one multiprocessor holds at once
   int arch = 0;         // the GPU's compute capability as 10 * major + minor (0: none)
+  int zero_staging_ctas_per_sm = 0;  // of zero-staging's CTAs, how many one multiprocessor holds (0: taken as 1)
 };
 
 // How a datapath makes its policy (each datapath's executor file has one): its built-in defaults

@@ -406,10 +406,14 @@ std::vector<Case> cases(const Options& o, int n) {
                         Coll::all_to_all, Coll::gather, Coll::scatter, Coll::send_recv, Coll::all_to_all_v};
   for (Coll c : colls) {
     if (!o.filter.empty() && o.filter != coll_name(c)) continue;
+    // Point-to-point messages of whole 8-byte words, several per thread of a channel: the pair
+    // exchange's flat form (the other counts are odd or small).
+    std::vector<std::size_t> these = counts;
+    if (c == Coll::send_recv || c == Coll::all_to_all_v) these.push_back(65536);
     for (int t = 0; t < purlin::kNumDataTypes; ++t) {
       int nops = reduces(c) ? 6 : 1;
       for (int k = 0; k < nops; ++k) {
-        for (std::size_t count : counts) {
+        for (std::size_t count : these) {
           // The largest count with every type and op would take long: all types with sum, all ops with
           // float and bf16.
           if (count > 100000 && reduces(c) && k != 0 && t != static_cast<int>(DataType::f32) &&

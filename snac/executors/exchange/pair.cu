@@ -11,9 +11,13 @@
 namespace purlin::snac {
 namespace {
 
+// Items of a step a thread of the flat form has in flight together (atom::WordAtom's Flat).
+constexpr int kPairFlat = 8;
+
 // One CTA per channel. Each thread of the first warp describes one peer's slices and reads the
 // pair's counters; the round runs, and once it succeeded the first thread counts its messages.
-template <int N, bool Aligned>
+// `Flat`: 0, or the WordAtom form that moves every message's words as one list.
+template <int N, bool Aligned, int Flat>
 __global__ void __launch_bounds__(kExchangeMaxThreads, 2) pair_kernel(const __grid_constant__ PairArgs a) {
   __shared__ Part in[N];
   __shared__ Part out[N];
@@ -79,7 +83,7 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) pair_kernel(const __gr
   x.recvs = recvs;
   x.in_channels = in_channels;
   x.out_channels = out_channels;
-  atom::WordAtom<N, void, false, Aligned> atom(ReduceOp{}, a.guard, &words, &tables, a.pdl, -1, a.one_gpu);
+  atom::WordAtom<N, void, false, Aligned, Flat> atom(ReduceOp{}, a.guard, &words, &tables, a.pdl, -1, a.one_gpu);
   // Every step agreed on its outcome: the status is the CTA's.
   const Status s = pair_call(atom, x, call);
   if (s == Status::ok && t < n) {
@@ -90,16 +94,21 @@ __global__ void __launch_bounds__(kExchangeMaxThreads, 2) pair_kernel(const __gr
   report_outcome(s, a.rank, n, a.win, a.guard);
 }
 
+template <int N>
+cudaError_t launch_pair_for(const PairArgs& a, dim3 grid, dim3 block, cudaStream_t stream) {
+  if (a.flat) return launch_kernel<pair_kernel<N, true, kPairFlat>>(grid, block, a.pdl, stream, a);
+  return a.aligned ? launch_kernel<pair_kernel<N, true, 0>>(grid, block, a.pdl, stream, a)
+                   : launch_kernel<pair_kernel<N, false, 0>>(grid, block, a.pdl, stream, a);
+}
+
 }  // namespace
 
 cudaError_t launch_pair(const PairArgs& a, int threads, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.channels)), block(static_cast<unsigned>(threads));
-  if (a.nranks <= 2) return a.aligned ? launch_kernel<pair_kernel<2, true>>(grid, block, a.pdl, stream, a)
-                                      : launch_kernel<pair_kernel<2, false>>(grid, block, a.pdl, stream, a);
-  if (a.nranks <= 4) return a.aligned ? launch_kernel<pair_kernel<4, true>>(grid, block, a.pdl, stream, a)
-                                      : launch_kernel<pair_kernel<4, false>>(grid, block, a.pdl, stream, a);
-  if (a.nranks <= kPairMaxRanks) return a.aligned ? launch_kernel<pair_kernel<8, true>>(grid, block, a.pdl, stream, a)
-                                                  : launch_kernel<pair_kernel<8, false>>(grid, block, a.pdl, stream, a);
+  if (a.flat && !a.aligned) return cudaErrorInvalidValue;
+  if (a.nranks <= 2) return launch_pair_for<2>(a, grid, block, stream);
+  if (a.nranks <= 4) return launch_pair_for<4>(a, grid, block, stream);
+  if (a.nranks <= kPairMaxRanks) return launch_pair_for<8>(a, grid, block, stream);
   return cudaErrorInvalidValue;
 }
 

@@ -290,29 +290,8 @@ class WordAtom {
         if (i < total) pending |= 1u << u;
       }
       const unsigned stores = pending;
-      std::uint32_t spins = 0;
-      while (pending) {
-        std::uint64_t lo[Flat], hi[Flat];
-#pragma unroll
-        for (int u = 0; u < Flat; ++u)
-          if (pending >> u & 1u) ld_ll(t_->recv[s[u]].src + q[u], &lo[u], &hi[u]);
-        bool mismatch = false;
-#pragma unroll
-        for (int u = 0; u < Flat; ++u) {
-          if (!(pending >> u & 1u)) continue;
-          const std::uint32_t want = t_->recv[s[u]].flag;
-          const std::uint32_t flo = ll_word_flag(lo[u]) ^ want, fhi = ll_word_flag(hi[u]) ^ want;
-          if ((flo | fhi) == 0) {
-            data[u] = static_cast<std::uint64_t>(ll_word_data(hi[u])) << 32 | ll_word_data(lo[u]);
-            pending &= ~(1u << u);
-          } else {
-            mismatch |= (flo != 0 && flo < 0x10000u) || (fhi != 0 && fhi < 0x10000u);
-          }
-        }
-        if (mismatch) return stop(static_cast<int>(Status::invalid_usage));
-        if (pending && (++spins & 1023u) == 0)
-          if (int e = give_up()) return e;
-      }
+      if (int e = await_packets<Flat>(pending, data, [&](int u) { return &t_->recv[s[u]]; }, [&](int u) { return q[u]; }))
+        return e;
 #pragma unroll
       for (int u = 0; u < Flat; ++u) {
         const LLRecv& m = t_->recv[s[u]];
@@ -332,23 +311,31 @@ class WordAtom {
   // Waits until packet q of every message in `pending` carries its flag, loads of all of them in
   // flight at once; fills data[]. 0, or the Status that ended the wait.
   __device__ __forceinline__ int await(std::uint32_t q, unsigned pending, std::uint64_t* data) const {
+    return await_packets<N>(pending, data, [&](int s) { return &t_->recv[s]; }, [q](int) { return q; });
+  }
+
+  // Waits until, for every k of `pending` (k < K), packet at(k) of message msg(k) carries that
+  // message's flag, the loads of all of them in flight at once; data[k] its payload. 0, or the
+  // Status that ended the wait.
+  template <int K, class Msg, class At>
+  __device__ __forceinline__ int await_packets(unsigned pending, std::uint64_t* data, Msg msg, At at) const {
     std::uint32_t spins = 0;
     while (pending) {
-      std::uint64_t lo[N], hi[N];
+      std::uint64_t lo[K], hi[K];
 #pragma unroll
-      for (int s = 0; s < N; ++s)
-        if (pending >> s & 1u) ld_ll(t_->recv[s].src + q, &lo[s], &hi[s]);
+      for (int k = 0; k < K; ++k)
+        if (pending >> k & 1u) ld_ll(msg(k)->src + at(k), &lo[k], &hi[k]);
       // A word whose flag has the awaited epoch and another tag: the ranks' calls differ
       // (atom/ll_packet.h's ll_arrival, as one test for every source).
       bool mismatch = false;
 #pragma unroll
-      for (int s = 0; s < N; ++s) {
-        if (!(pending >> s & 1u)) continue;
-        const std::uint32_t want = t_->recv[s].flag;
-        const std::uint32_t flo = ll_word_flag(lo[s]) ^ want, fhi = ll_word_flag(hi[s]) ^ want;
+      for (int k = 0; k < K; ++k) {
+        if (!(pending >> k & 1u)) continue;
+        const std::uint32_t want = msg(k)->flag;
+        const std::uint32_t flo = ll_word_flag(lo[k]) ^ want, fhi = ll_word_flag(hi[k]) ^ want;
         if ((flo | fhi) == 0) {
-          data[s] = static_cast<std::uint64_t>(ll_word_data(hi[s])) << 32 | ll_word_data(lo[s]);
-          pending &= ~(1u << s);
+          data[k] = static_cast<std::uint64_t>(ll_word_data(hi[k])) << 32 | ll_word_data(lo[k]);
+          pending &= ~(1u << k);
         } else {
           mismatch |= (flo != 0 && flo < 0x10000u) || (fhi != 0 && fhi < 0x10000u);
         }

@@ -38,6 +38,7 @@
 #include "atom/reduce.h"
 #include "atom/sm/ll_atom.cuh"
 #include "atom/sm/sm_atom.cuh"
+#include "atom/word_list.h"
 
 namespace purlin::atom {
 
@@ -112,7 +113,7 @@ class WordAtom {
   // packets.
   __device__ void push_flat() {
     std::uint32_t end[N];
-    const std::uint32_t total = list_ends(t_->send, t_->send_live, end);
+    const std::uint32_t total = word_list_ends<N>(t_->send, t_->send_live, end);
     for (std::uint32_t base = threadIdx.x; base < total; base += blockDim.x * Flat) {
       int d[Flat];
       std::uint32_t q[Flat];
@@ -120,7 +121,7 @@ class WordAtom {
 #pragma unroll
       for (int u = 0; u < Flat; ++u) {
         const std::uint32_t i = base + static_cast<std::uint32_t>(u) * blockDim.x;
-        locate(i, end, &d[u], &q[u]);
+        word_list_locate<N>(i, end, &d[u], &q[u]);
         const LLSend& m = t_->send[d[u]];
         v[u] = i < total && q[u] * 8 < static_cast<std::uint32_t>(m.bytes) ? load(m.src, q[u], m.bytes) : 0;
       }
@@ -133,35 +134,7 @@ class WordAtom {
     }
   }
 
-  // end[s]: the items of messages 0..s of a table (a message's packets, none for a message not
-  // live); returns them all.
-  template <class M>
-  static __device__ __forceinline__ std::uint32_t list_ends(const M* table, const bool* live, std::uint32_t* end) {
-    std::uint32_t sum = 0;
-#pragma unroll
-    for (int s = 0; s < N; ++s) {
-      if (live[s]) sum += packets(table[s].bytes);
-      end[s] = sum;
-    }
-    return sum;
-  }
-
-  // Item i of the list: message *s, packet *q (message N - 1's past the end).
-  static __device__ __forceinline__ void locate(std::uint32_t i, const std::uint32_t* end, int* s, std::uint32_t* q) {
-    int at = 0;
-    std::uint32_t start = 0;
-#pragma unroll
-    for (int k = 0; k < N - 1; ++k)
-      if (i >= end[k]) {
-        at = k + 1;
-        start = end[k];
-      }
-    *s = at;
-    *q = i - start;
-  }
-
  public:
-
   // dst = src, word by word (this rank's own part of a copy); nothing when they are the same.
   __device__ void copy(char* dst, const char* src, std::uint64_t bytes) {
     if (dst == src) return;
@@ -268,16 +241,13 @@ class WordAtom {
     else store_word(dst, q, bytes, v);
   }
   // Packets of a message: one per word, one for an empty message (ll_packets, in 32 bits).
-  static __device__ __forceinline__ std::uint32_t packets(std::uint64_t bytes) {
-    const std::uint32_t b = static_cast<std::uint32_t>(bytes);
-    return b ? (b + 7) / 8 : 1;
-  }
+  static __device__ __forceinline__ std::uint32_t packets(std::uint64_t bytes) { return word_list_packets(bytes); }
 
   // The items of the receive table as one list: Flat of this thread's packets awaited together, then
   // stored. 0, or the Status that ended a wait.
   __device__ int receive_flat() const {
     std::uint32_t end[N];
-    const std::uint32_t total = list_ends(t_->recv, t_->recv_live, end);
+    const std::uint32_t total = word_list_ends<N>(t_->recv, t_->recv_live, end);
     for (std::uint32_t base = threadIdx.x; base < total; base += blockDim.x * Flat) {
       int s[Flat];
       std::uint32_t q[Flat];
@@ -286,7 +256,7 @@ class WordAtom {
 #pragma unroll
       for (int u = 0; u < Flat; ++u) {
         const std::uint32_t i = base + static_cast<std::uint32_t>(u) * blockDim.x;
-        locate(i, end, &s[u], &q[u]);
+        word_list_locate<N>(i, end, &s[u], &q[u]);
         if (i < total) pending |= 1u << u;
       }
       const unsigned stores = pending;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "atom/ll_packet.h"
 #include "core/hd.h"
 
 #if defined(__CUDA_ARCH__)
@@ -15,19 +16,13 @@
 
 namespace purlin::atom {
 
-// Packets of a message of `bytes`: one per 8-byte word, one for an empty message.
-PURLIN_HD std::uint32_t word_list_packets(std::uint64_t bytes) {
-  const std::uint32_t b = static_cast<std::uint32_t>(bytes);
-  return b ? (b + 7) / 8 : 1;
-}
-
-// end[s]: the items of messages 0..s of a table of N (M has `bytes`); returns them all.
+// end[s]: the items of messages 0..s of a table of N (M has `bytes`, within 4 GiB); returns them all.
 template <int N, class M>
 PURLIN_HD std::uint32_t word_list_ends(const M* table, const bool* live, std::uint32_t* end) {
   std::uint32_t sum = 0;
   PURLIN_WORD_LIST_UNROLL
   for (int s = 0; s < N; ++s) {
-    if (live[s]) sum += word_list_packets(table[s].bytes);
+    if (live[s]) sum += static_cast<std::uint32_t>(ll_packets(table[s].bytes));
     end[s] = sum;
   }
   return sum;

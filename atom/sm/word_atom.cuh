@@ -241,7 +241,10 @@ class WordAtom {
     else store_word(dst, q, bytes, v);
   }
   // Packets of a message: one per word, one for an empty message (ll_packets, in 32 bits).
-  static __device__ __forceinline__ std::uint32_t packets(std::uint64_t bytes) { return word_list_packets(bytes); }
+  static __device__ __forceinline__ std::uint32_t packets(std::uint64_t bytes) {
+    const std::uint32_t b = static_cast<std::uint32_t>(bytes);
+    return b ? (b + 7) / 8 : 1;
+  }
 
   // The items of the receive table as one list: Flat of this thread's packets awaited together, then
   // stored. 0, or the Status that ended a wait.

@@ -38,7 +38,7 @@ void check_table(std::mt19937_64& rng) {
     REQUIRE(s >= 0);
     REQUIRE(s < N);
     REQUIRE(live[s]);
-    REQUIRE(q < purlin::atom::word_list_packets(table[s].bytes));
+    REQUIRE(q < purlin::atom::ll_packets(table[s].bytes));
     REQUIRE(seen.insert({s, q}).second);
     // In order: message after message, packets rising.
     if (i > 0) REQUIRE((s > last_s || (s == last_s && q == last_q + 1)));

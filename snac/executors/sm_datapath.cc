@@ -42,13 +42,12 @@ constexpr std::uint64_t kExchangeBudget = 32ull << 20;
 constexpr std::uint64_t kExchangeMaxBytes = 256ull << 10;
 constexpr std::uint64_t kExchangeChannelBytes = 2ull << 10;
 // Send/Recv messages up to this size take the pair exchange (its boxes on one rank, every channel and
-// kDepth per producer, stay within kPairBudget). nccl-tests sendrecv_perf, bf16, graph, one H200, us
-// per call, the pair exchange against the staged path (perf/results/2026-12-04-h200-sendrecv-ce/):
-// 2 ranks 9.3 against 18.7 at 512 KiB, 15.0 / 21.4 at 1 MiB, 23.9 / 26.9 at 2 MiB; 4 ranks 16.4 /
-// 22.9 at 512 KiB but 29.1 / 26.8 at 1 MiB; 8 ranks 34.4 / 35.7 at 512 KiB, not worth the boxes'
-// doubled memory (and 256 KiB level).
+// kDepth per producer, stay within kPairBudget: 2 MiB with 2 ranks, 1 MiB with 4, 512 KiB with 8).
+// nccl-tests sendrecv_perf, bf16, graph, one H100, us per call (perf/results/2026-12-05-h100-pair-flat/):
+// the pair exchange in its flat form against the staged path, 8 ranks 18.8 / 38.6 at 512 KiB, 4 ranks
+// 15.6 / 28.2 at 1 MiB; with 2 ranks at 2 MiB, flat 14.2 against the word form's 22.9.
 constexpr std::uint64_t pair_max_bytes(int nranks) {
-  return nranks <= 2 ? 2ull << 20 : nranks <= 4 ? 512ull << 10 : 256ull << 10;
+  return nranks <= 2 ? 2ull << 20 : nranks <= 4 ? 1ull << 20 : 512ull << 10;
 }
 constexpr std::uint64_t kPairBudget = 64ull << 20;
 constexpr int kExchangeCtas = 128;

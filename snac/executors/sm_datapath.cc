@@ -42,14 +42,14 @@ constexpr std::uint64_t kExchangeBudget = 32ull << 20;
 constexpr std::uint64_t kExchangeMaxBytes = 256ull << 10;
 constexpr std::uint64_t kExchangeChannelBytes = 2ull << 10;
 // Send/Recv messages up to this size take the pair exchange (its boxes on one rank, every channel and
-// kDepth per producer, stay within kPairBudget: 2 MiB with 2 ranks, 1 MiB with 4, 512 KiB with 8).
-// nccl-tests sendrecv_perf, bf16, graph, one H100, us per call (perf/results/2026-12-05-h100-pair-flat/):
-// the pair exchange in its flat form against the staged path, 8 ranks 18.8 / 38.6 at 512 KiB, 4 ranks
-// 15.6 / 28.2 at 1 MiB; with 2 ranks at 2 MiB, flat 14.2 against the word form's 22.9.
-constexpr std::uint64_t pair_max_bytes(int nranks) {
-  return nranks <= 2 ? 2ull << 20 : nranks <= 4 ? 1ull << 20 : 512ull << 10;
-}
-constexpr std::uint64_t kPairBudget = 64ull << 20;
+// kDepth per producer, stay within kPairBudget: 2 MiB with up to 4 ranks, 1 MiB with 8). nccl-tests
+// sendrecv_perf, bf16, graph, one H100, us per call (perf/results/2026-12-05-h100-pair-flat/): the
+// pair exchange in its flat form against the staged path, 8 ranks 18.6 / 38.6 at 512 KiB and 31.4 /
+// 43.9 at 1 MiB, 4 ranks 16.6 / 28.2 at 1 MiB and 27.4 / 38.4 at 2 MiB; with 2 ranks at 2 MiB,
+// flat 14.2 against the word form's 22.9.
+constexpr std::uint64_t pair_max_bytes(int nranks) { return nranks <= 4 ? 2ull << 20 : 1ull << 20; }
+// 128 MiB a rank: with 64 MiB, 8 ranks stopped at 512 KiB, and 1 MiB staged took 1.21 of NCCL's time.
+constexpr std::uint64_t kPairBudget = 128ull << 20;
 constexpr int kExchangeCtas = 128;
 // Exchange CTAs one multiprocessor holds (the kernel's __launch_bounds__, snac/executors/
 // sm_exchange_kernel.cuh). With programmatic dependent launch a rank has two exchange kernels

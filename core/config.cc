@@ -122,7 +122,7 @@ Config read_config() {
   c.pdl_disabled = env("PURLIN_PDL") == "0";
   c.exchange_lean_disabled = env("PURLIN_EXCHANGE_LEAN") == "0";
   c.exchange_word_disabled = env("PURLIN_EXCHANGE_WORD") == "0";
-  c.pair_flat = env("PURLIN_PAIR_FLAT") != "0";
+  c.pair_flat_disabled = env("PURLIN_PAIR_FLAT") == "0";
   if (const std::string t = env("PURLIN_PDL_TRIGGER"); !t.empty()) {
     if (t == "start") c.pdl_trigger = PdlTrigger::start;
     else if (t == "last") c.pdl_trigger = PdlTrigger::last;
@@ -173,7 +173,7 @@ void log_config(const Config& c) {
     log::info(log::kEnv, "PURLIN_EXCHANGE_POLL_NS set by environment to {}", c.exchange_poll_ns);
   if (c.pdl_disabled) log::info(log::kEnv, "PURLIN_PDL=0: kernels launch without programmatic dependent launch");
   if (c.exchange_word_disabled) log::info(log::kEnv, "PURLIN_EXCHANGE_WORD=0: the latency exchange runs no word kernels");
-  if (!c.pair_flat) log::info(log::kEnv, "PURLIN_PAIR_FLAT=0: the pair exchange moves a word of every message at a time");
+  if (c.pair_flat_disabled) log::info(log::kEnv, "PURLIN_PAIR_FLAT=0: the pair exchange moves a word of every message at a time");
   if (c.exchange_lean_disabled) log::info(log::kEnv, "PURLIN_EXCHANGE_LEAN=0: the latency exchange runs its kernels of every form");
   if (c.pdl_trigger != PdlTrigger::start)
     log::info(log::kEnv, "PURLIN_PDL_TRIGGER set by environment to {}", c.pdl_trigger == PdlTrigger::last ? "last" : "exit");

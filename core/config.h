@@ -84,7 +84,7 @@ struct Config {
   bool pdl_disabled = false;           // PURLIN_PDL=0: no programmatic dependent launch
   PdlTrigger pdl_trigger = PdlTrigger::start;  // PURLIN_PDL_TRIGGER
   bool exchange_word_disabled = false;  // PURLIN_EXCHANGE_WORD=0: no word kernels (atom::WordAtom)
-  bool pair_flat = true;                // PURLIN_PAIR_FLAT=0: the pair exchange moves no words in atom::WordAtom's flat form
+  bool pair_flat_disabled = false;      // PURLIN_PAIR_FLAT=0: the pair exchange moves a word per thread
   bool exchange_lean_disabled = false;  // PURLIN_EXCHANGE_LEAN=0: the exchange's kernels of every form only
   bool cumem_disabled = false;         // PURLIN_CUMEM=0: share device memory by legacy CUDA IPC only
   std::string policy_file;             // PURLIN_POLICY_FILE: a policy table (snac/runtime/policy.h) over the defaults

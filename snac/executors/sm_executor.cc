@@ -823,7 +823,7 @@ class SmExecutor final : public Executor {
     const int threads = static_cast<int>(std::clamp<std::uint64_t>((atom::ll_packets(slice) + 31) / 32 * 32, 32, kExchangeMaxThreads));
     // A thread with more than one word of a channel to push or take keeps several in flight (the
     // flat form; PURLIN_PAIR_FLAT=0 turns it off): one at a time, each waits a memory latency.
-    a.flat = a.aligned && config().pair_flat &&
+    a.flat = a.aligned && !config().pair_flat_disabled &&
              std::max(send_items, recv_items) > static_cast<std::uint64_t>(threads);
     last_stream_used_ = true;
     last_local_.store(false, std::memory_order_relaxed);

@@ -31,7 +31,7 @@ constexpr std::uint64_t kTwoRankDirectMax = 4ull << 20;
 // with the word kernels (perf/results/2026-12-04-h200-word/, one H200, nccl-tests all_reduce_perf,
 // bf16, graph, us per call, one-shot against two-shot) 2 ranks at 256 KiB 3.60 / 6.20, 4 ranks
 // 8.20 / 12.64; 8 ranks at 64 KiB 20.76 / 12.64, level at 16 KiB. With 2 and 4 ranks the bound is
-// the largest message the exchange takes (kExchangeMaxBytes).
+// what was then the largest message the exchange took (larger one-shot calls were not measured).
 constexpr std::uint64_t exchange_direct_max(int nranks) { return nranks <= 4 ? 256ull << 10 : 32ull << 10; }
 // Staging of all channels together (both halves) stays within this; fewer, larger windows keep
 // the table's size.
@@ -39,7 +39,12 @@ constexpr std::uint64_t kStagingBudget = 256ull << 20;
 // The latency exchange's boxes on one rank (every channel, phase, parity and producer) stay within
 // this; with many ranks the largest exchanged message shrinks to fit.
 constexpr std::uint64_t kExchangeBudget = 32ull << 20;
-constexpr std::uint64_t kExchangeMaxBytes = 256ull << 10;
+// The largest message the latency exchange takes. With up to 4 ranks 1 MiB, so that Broadcast and
+// Reduce below the call bound (kExchangeCallBytes) take it whole: nccl-tests, bf16, graph, one H100,
+// us per call, 512 KiB with 1 MiB against 256 KiB (perf/results/2026-12-05-h100-mid-sizes/): 2 ranks
+// Broadcast 6.29 / 19.39, Reduce 6.43 / 24.05; 4 ranks Broadcast 10.91 / 23.69, Reduce 12.55 / 37.21.
+// Other collectives below the call bound already fit 256 KiB messages.
+constexpr std::uint64_t exchange_max(int nranks) { return nranks <= 4 ? 1ull << 20 : 256ull << 10; }
 constexpr std::uint64_t kExchangeChannelBytes = 2ull << 10;
 // Send/Recv messages up to this size take the pair exchange (its boxes on one rank, every channel and
 // kDepth per producer, stay within kPairBudget: 2 MiB with up to 4 ranks, 1 MiB with 8). nccl-tests
@@ -64,6 +69,13 @@ constexpr int kExchangeCtasPerSm = 2;
 constexpr std::uint64_t kExchangeCallBytes = 1ull << 20;
 // Zero-staging from the size where the generic kernels take over from the exchange.
 constexpr std::uint64_t kZeroStagingMinBytes = kExchangeCallBytes;
+// Broadcast and Reduce with 5 or more ranks, whose whole buffer beyond the exchange's bound went to
+// the generic kernels, zero-staged from 512 KiB, with a quarter of the CTAs below
+// kZeroStagingMinBytes. One H100, 8 ranks, 512 KiB, nccl-tests, bf16, graph, us per call
+// (perf/results/2026-12-05-h100-mid-sizes/): generic 34.14 and 48.37, exchange at 512 KiB 26.23 and
+// 32.93, zero-staging with 8 CTAs 17.67 and 21.01, with 4 16.73 and 18.11, NCCL 2.30.7 20.69 and
+// 17.70 in the same run; with 16 CTAs Reduce took 53-247 us from 128 KiB to 1 MiB in another run.
+constexpr std::uint64_t kZeroStagingRootedMinBytes = 512ull << 10;
 // Zero-staging CTAs of all ranks sharing a GPU together: about one per multiprocessor of an H200.
 constexpr int kZeroStagingCtas = 128;
 // AlltoAll, Gather and Scatter on the copy engines from these sizes where 8 or more, or 2 to 7,
@@ -129,7 +141,7 @@ void derive(const Regime& r, int wanted, Policy* p) {
       p->exchange_channels = fit;
     }
   }
-  p->exchange_max_bytes = c.exchange_disabled ? 0 : c.exchange_max_bytes ? c.exchange_max_bytes : kExchangeMaxBytes;
+  p->exchange_max_bytes = c.exchange_disabled ? 0 : c.exchange_max_bytes ? c.exchange_max_bytes : exchange_max(r.nranks);
   p->exchange_call_bytes = kExchangeCallBytes;
   p->zero_staging_min_bytes = c.zero_staging_disabled ? 0 : c.zero_staging_min_bytes ? c.zero_staging_min_bytes
                                                                                       : kZeroStagingMinBytes;
@@ -144,6 +156,9 @@ void derive(const Regime& r, int wanted, Policy* p) {
     log::warn("PURLIN_ZERO_STAGING_CTAS={} would not fit {} ranks' kernels on the GPU at once; using {}",
               c.zero_staging_ctas, sharing, p->zero_staging_ctas);
   if (r.nranks < 2) p->zero_staging_min_bytes = 0;
+  p->zero_staging_rooted_min_bytes =
+      r.nranks > 4 && !c.zero_staging_min_bytes ? std::min(p->zero_staging_min_bytes, kZeroStagingRootedMinBytes)
+                                                : p->zero_staging_min_bytes;
   p->zero_staging_eager = p->zero_staging_min_bytes && !c.zero_staging_eager_disabled;
   // The copy engines where they measured within 5% of the SM path or faster, graph and eager, on
   // one H200 shared by the ranks (perf/results/2026-12-04-h200-copy-engine/): AlltoAll with 8 ranks

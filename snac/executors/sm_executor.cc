@@ -486,8 +486,15 @@ class SmExecutor final : public Executor {
     if (op.kind == CollKind::scatter) in_total = out_total * static_cast<std::uint64_t>(xargs_.nranks);
     return std::max(in_total, out_total);
   }
+  // The size from which a call of `kind` may be zero-staged (Broadcast and Reduce have their own).
+  std::uint64_t zero_staging_floor(CollKind kind) const {
+    const bool rooted = kind == CollKind::broadcast || kind == CollKind::broadcast_direct ||
+                        kind == CollKind::reduce || kind == CollKind::reduce_direct;
+    return rooted ? policy_.zero_staging_rooted_min_bytes : policy_.zero_staging_min_bytes;
+  }
   void remember(const Op& op, const ExchangeArgs& x, int threads) {
-    if (op.copy_input || (policy_.zero_staging_min_bytes && larger_side(op) >= policy_.zero_staging_min_bytes)) return;
+    const std::uint64_t floor = zero_staging_floor(op.kind);
+    if (op.copy_input || (floor && larger_side(op) >= floor)) return;
     ExchangeMemo& m = memos_[memos_next_];
     memos_next_ = (memos_next_ + 1) % kExchangeMemos;
     memos_used_ = std::min(memos_used_ + 1, kExchangeMemos);
@@ -702,7 +709,7 @@ class SmExecutor final : public Executor {
                                        kind == ZeroStagingKind::all_reduce
                                    ? block
                                    : block * nn;
-    if (size < policy_.zero_staging_min_bytes) return Status::ok;
+    if (size < zero_staging_floor(op.kind)) return Status::ok;
     cudaGraph_t graph = nullptr;
     if (!zero_staging_allowed(stream, &graph)) return Status::ok;
     const bool captured = graph != nullptr;
@@ -712,7 +719,8 @@ class SmExecutor final : public Executor {
     a.rank = xargs_.rank;
     a.nranks = n;
     a.root = std::max(op.root, 0);
-    a.ctas = std::clamp(policy_.zero_staging_ctas, 1, kZeroStagingMaxCtas);
+    const int ctas = size < policy_.zero_staging_min_bytes ? policy_.zero_staging_ctas / 4 : policy_.zero_staging_ctas;
+    a.ctas = std::clamp(ctas, 1, kZeroStagingMaxCtas);
     a.bytes = block;
     a.elem = size_of(op.type);
     a.align_elems = coll::shard_align_elems(static_cast<std::uint32_t>(a.elem));

@@ -51,8 +51,10 @@ struct Policy {
   // Zero-staging (snac/protocol/zero_staging.h), SM datapath: a call captured in a CUDA graph whose
   // buffers every rank can share, and whose larger side is at least zero_staging_min_bytes, reads and
   // writes the peers' buffers in place with zero_staging_ctas CTAs (0: never); so does such a call
-  // outside a graph with zero_staging_eager.
+  // outside a graph with zero_staging_eager. Broadcast and Reduce from zero_staging_rooted_min_bytes
+  // instead (at most zero_staging_min_bytes); calls below zero_staging_min_bytes run with a quarter of the CTAs.
   std::uint64_t zero_staging_min_bytes = 0;
+  std::uint64_t zero_staging_rooted_min_bytes = 0;
   int zero_staging_ctas = 0;
   bool zero_staging_eager = false;
   // Zero-staged calls that only copy whose larger side is at least this size move their bytes on the

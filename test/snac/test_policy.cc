@@ -100,6 +100,12 @@ TEST_CASE("zero-staging's CTAs of every rank sharing the GPU fit it at once", "[
   CHECK(policy_for(sm_policy_recipe(), Regime{8, 8, 100, 4, 90, 1}).zero_staging_ctas == 12);
   CHECK(policy_for(sm_policy_recipe(), Regime{8, 8, 132, 2, 90}).zero_staging_min_bytes == (1u << 20));
   CHECK(policy_for(sm_policy_recipe(), Regime{1, 1, 132, 2, 90}).zero_staging_min_bytes == 0);  // one rank: nothing to share
+  // Broadcast and Reduce from 512 KiB with 5 or more ranks (the exchange takes them below 1 MiB
+  // with fewer).
+  CHECK(policy_for(sm_policy_recipe(), Regime{8, 8, 132, 2, 90}).zero_staging_rooted_min_bytes == (512u << 10));
+  CHECK(policy_for(sm_policy_recipe(), Regime{5, 1, 132, 2, 90}).zero_staging_rooted_min_bytes == (512u << 10));
+  CHECK(policy_for(sm_policy_recipe(), Regime{4, 4, 132, 2, 90}).zero_staging_rooted_min_bytes == (1u << 20));
+  CHECK(policy_for(sm_policy_recipe(), Regime{1, 1, 132, 2, 90}).zero_staging_rooted_min_bytes == 0);
 }
 
 TEST_CASE("the copy engines move AlltoAll, Gather, Scatter and Send/Recv where measured faster", "[policy]") {
@@ -150,7 +156,7 @@ TEST_CASE("AllReduce is one-shot where the exchange takes it up to its bound per
   using purlin::snac::DirectOf;
   using purlin::snac::runs_direct;
   const auto two = policy_for(sm_policy_recipe(), Regime{2, 2, 132, 2, 90});
-  REQUIRE(two.exchange_max_bytes == (256u << 10));
+  REQUIRE(two.exchange_max_bytes == (1u << 20));
   REQUIRE(two.exchange_call_bytes == (1u << 20));
   auto ar = [&](const purlin::snac::Policy& p, std::uint64_t total, int n) {
     return runs_direct(p, DirectOf::all_reduce, total, (total / n + 255) / 256 * 256);
@@ -158,15 +164,24 @@ TEST_CASE("AllReduce is one-shot where the exchange takes it up to its bound per
   CHECK(ar(two, 64u << 10, 2));
   CHECK(ar(two, 256u << 10, 2));
   CHECK_FALSE(ar(two, (256u << 10) + 256, 2));
-  CHECK_FALSE(ar(two, 512u << 10, 2));    // shards of 256 KiB: the two-shot exchange
-  CHECK(ar(two, (512u << 10) + 512, 2));  // shards beyond the exchange's bound: the direct kernels
-  CHECK(ar(two, 1u << 20, 2));            // and a call beyond its call bound
+  CHECK_FALSE(ar(two, 512u << 10, 2));          // shards of 256 KiB: the two-shot exchange
+  CHECK_FALSE(ar(two, (1u << 20) - 1024, 2));    // up to the call bound
+  CHECK(ar(two, 1u << 20, 2));                   // a call at the call bound: the direct kernels
   CHECK(ar(two, 4u << 20, 2));
   CHECK_FALSE(ar(two, (4u << 20) + 256, 2));
   CHECK_FALSE(ar(two, 0, 2));
   // Reduce and Broadcast keep their bounds.
   CHECK(runs_direct(two, DirectOf::reduce, 256u << 10, 128u << 10));
   CHECK(runs_direct(two, DirectOf::broadcast, 256u << 10, 128u << 10));
+  // With up to four ranks the exchange takes a Broadcast's or Reduce's whole buffer below the call
+  // bound; with more, only up to 256 KiB.
+  const auto four_x = policy_for(sm_policy_recipe(), Regime{4, 4, 132, 2, 90});
+  CHECK(four_x.exchange_max_bytes == (1u << 20));
+  CHECK(runs_direct(four_x, DirectOf::reduce, 512u << 10, 128u << 10));
+  CHECK(runs_direct(four_x, DirectOf::reduce, (1u << 20) - 1024, 256u << 10));
+  CHECK_FALSE(runs_direct(four_x, DirectOf::reduce, 1u << 20, 256u << 10));
+  CHECK(policy_for(sm_policy_recipe(), Regime{4, 1, 132, 2, 90}).exchange_max_bytes == (1u << 20));
+  CHECK(policy_for(sm_policy_recipe(), Regime{5, 5, 132, 2, 90}).exchange_max_bytes == (256u << 10));
   // With four ranks the exchange runs one-shot beyond the generic kernels' direct bound.
   const auto four = policy_for(sm_policy_recipe(), Regime{4, 4, 132, 2, 90});
   CHECK(ar(four, 256u << 10, 4));

@@ -159,6 +159,7 @@ void derive(const Regime& r, int wanted, Policy* p) {
   p->zero_staging_rooted_min_bytes =
       r.nranks > 4 && !c.zero_staging_min_bytes ? std::min(p->zero_staging_min_bytes, kZeroStagingRootedMinBytes)
                                                 : p->zero_staging_min_bytes;
+  p->zero_staging_small_ctas = std::max(1, p->zero_staging_ctas / 4);
   p->zero_staging_eager = p->zero_staging_min_bytes && !c.zero_staging_eager_disabled;
   // The copy engines where they measured within 5% of the SM path or faster, graph and eager, on
   // one H200 shared by the ranks (perf/results/2026-12-04-h200-copy-engine/): AlltoAll with 8 ranks

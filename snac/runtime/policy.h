@@ -52,10 +52,12 @@ struct Policy {
   // buffers every rank can share, and whose larger side is at least zero_staging_min_bytes, reads and
   // writes the peers' buffers in place with zero_staging_ctas CTAs (0: never); so does such a call
   // outside a graph with zero_staging_eager. Broadcast and Reduce from zero_staging_rooted_min_bytes
-  // instead (at most zero_staging_min_bytes); calls below zero_staging_min_bytes run with a quarter of the CTAs.
+  // instead (at most zero_staging_min_bytes); calls below zero_staging_min_bytes run with
+  // zero_staging_small_ctas.
   std::uint64_t zero_staging_min_bytes = 0;
   std::uint64_t zero_staging_rooted_min_bytes = 0;
   int zero_staging_ctas = 0;
+  int zero_staging_small_ctas = 0;
   bool zero_staging_eager = false;
   // Zero-staged calls that only copy whose larger side is at least this size move their bytes on the
   // copy engines instead of SMs (0: never): AllGather, AlltoAll, Broadcast, Gather and Scatter; and

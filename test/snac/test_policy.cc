@@ -106,6 +106,9 @@ TEST_CASE("zero-staging's CTAs of every rank sharing the GPU fit it at once", "[
   CHECK(policy_for(sm_policy_recipe(), Regime{5, 1, 132, 2, 90}).zero_staging_rooted_min_bytes == (512u << 10));
   CHECK(policy_for(sm_policy_recipe(), Regime{4, 4, 132, 2, 90}).zero_staging_rooted_min_bytes == (1u << 20));
   CHECK(policy_for(sm_policy_recipe(), Regime{1, 1, 132, 2, 90}).zero_staging_rooted_min_bytes == 0);
+  // Calls below 1 MiB (only those) run a quarter of the CTAs.
+  CHECK(policy_for(sm_policy_recipe(), Regime{8, 8, 132, 2, 90}).zero_staging_small_ctas == 4);
+  CHECK(policy_for(sm_policy_recipe(), Regime{8, 8, 16, 2, 90}).zero_staging_small_ctas == 1);
 }
 
 TEST_CASE("the copy engines move AlltoAll, Gather, Scatter and Send/Recv where measured faster", "[policy]") {

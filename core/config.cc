@@ -116,6 +116,7 @@ Config read_config() {
   c.channel_bytes = bytes_or("PURLIN_CHANNEL_BYTES", env("PURLIN_CHANNEL_BYTES"));
   bound_or_none("PURLIN_EXCHANGE_MAX_BYTES", &c.exchange_max_bytes, &c.exchange_disabled);
   c.exchange_channel_bytes = bytes_or("PURLIN_EXCHANGE_CHANNEL_BYTES", env("PURLIN_EXCHANGE_CHANNEL_BYTES"));
+  c.exchange_call_bytes = bytes_or("PURLIN_EXCHANGE_CALL_BYTES", env("PURLIN_EXCHANGE_CALL_BYTES"));
   bound_or_none("PURLIN_ZERO_STAGING_MIN_BYTES", &c.zero_staging_min_bytes, &c.zero_staging_disabled);
   bound_or_none("PURLIN_CE_MIN_BYTES", &c.ce_min_bytes, &c.ce_disabled);
   c.zero_staging_eager_disabled = env("PURLIN_ZERO_STAGING_EAGER") == "0";
@@ -168,6 +169,8 @@ void log_config(const Config& c) {
     log::info(log::kEnv, "PURLIN_EXCHANGE_MAX_BYTES set by environment to {}", c.exchange_max_bytes);
   if (c.exchange_channel_bytes)
     log::info(log::kEnv, "PURLIN_EXCHANGE_CHANNEL_BYTES set by environment to {}", c.exchange_channel_bytes);
+  if (c.exchange_call_bytes)
+    log::info(log::kEnv, "PURLIN_EXCHANGE_CALL_BYTES set by environment to {}", c.exchange_call_bytes);
   if (c.exchange_channels) log::info(log::kEnv, "PURLIN_EXCHANGE_CHANNELS set by environment to {}", c.exchange_channels);
   if (c.exchange_poll_ns >= 0)
     log::info(log::kEnv, "PURLIN_EXCHANGE_POLL_NS set by environment to {}", c.exchange_poll_ns);

@@ -67,6 +67,7 @@ struct Config {
   std::uint64_t exchange_max_bytes = 0;      // PURLIN_EXCHANGE_MAX_BYTES: latency exchange up to this per message
   bool exchange_disabled = false;            // PURLIN_EXCHANGE_MAX_BYTES=none: no latency exchange
   std::uint64_t exchange_channel_bytes = 0;  // PURLIN_EXCHANGE_CHANNEL_BYTES: bytes of a message per exchange channel
+  std::uint64_t exchange_call_bytes = 0;     // PURLIN_EXCHANGE_CALL_BYTES: the exchange takes calls below this
   int exchange_channels = 0;                 // PURLIN_EXCHANGE_CHANNELS: the most CTAs of one exchange
   int exchange_poll_ns = -1;                 // PURLIN_EXCHANGE_POLL_NS: sleep between empty polls (-1: not set)
   // PURLIN_ZERO_STAGING_MIN_BYTES: calls captured in a CUDA graph from this size on read and write

@@ -142,7 +142,7 @@ void derive(const Regime& r, int wanted, Policy* p) {
     }
   }
   p->exchange_max_bytes = c.exchange_disabled ? 0 : c.exchange_max_bytes ? c.exchange_max_bytes : exchange_max(r.nranks);
-  p->exchange_call_bytes = kExchangeCallBytes;
+  p->exchange_call_bytes = c.exchange_call_bytes ? c.exchange_call_bytes : kExchangeCallBytes;
   p->zero_staging_min_bytes = c.zero_staging_disabled ? 0 : c.zero_staging_min_bytes ? c.zero_staging_min_bytes
                                                                                       : kZeroStagingMinBytes;
   // Every sharing rank's CTAs spin on each other's, so all of them must fit the GPU at once, at the

@@ -250,3 +250,21 @@ TEST_CASE("the exchange's call bound gives every rank of a rooted call the same 
   // Packed sides (the direct forms) count their totals alone.
   CHECK(exchange_call_size(part, part, part, 8, false) == part);
 }
+
+// Run by the meson test snac_policy_env, with PURLIN_EXCHANGE_CALL_BYTES=2M in the environment.
+TEST_CASE("PURLIN_EXCHANGE_CALL_BYTES moves the exchange's call bound, and AllReduce's two-shot form with it", "[.][env]") {
+  using purlin::snac::DirectOf;
+  using purlin::snac::runs_direct;
+  const auto two = policy_for(sm_policy_recipe(), Regime{2, 2, 132, 2, 90});
+  const auto eight = policy_for(sm_policy_recipe(), Regime{8, 8, 132, 2, 90});
+  REQUIRE(two.exchange_call_bytes == (2u << 20));
+  REQUIRE(eight.exchange_call_bytes == (2u << 20));
+  // The message bound stays the policy's.
+  CHECK(two.exchange_max_bytes == (1u << 20));
+  // 2 ranks, AllReduce of 1 MiB: shards of 512 KiB, within the call bound, so the two-shot exchange
+  // (not the generic kernels' direct form, which takes up to 4 MiB at the call bound and beyond).
+  CHECK_FALSE(runs_direct(two, DirectOf::all_reduce, 1u << 20, 512u << 10));
+  CHECK(runs_direct(two, DirectOf::all_reduce, 2u << 20, 1u << 20));
+  // Reduce of 1 MiB: the exchange takes it whole, direct.
+  CHECK(runs_direct(two, DirectOf::reduce, 1u << 20, 0));
+}

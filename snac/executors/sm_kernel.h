@@ -53,6 +53,14 @@ PURLIN_HD int part_channels(std::uint64_t bytes, std::uint64_t channel_bytes, in
 // Launches the kernel of collective `kind` (grid = channels x roles) on `stream`.
 cudaError_t launch_snac(CollKind kind, const KernelArgs& args, cudaStream_t stream);
 
+// The same for declaration D, and the CTAs of its kernel one multiprocessor holds (*blocks):
+// defined in sm_kernel.cuh, instantiated for a few declarations in each file of
+// snac/executors/generic/.
+template <class D>
+cudaError_t launch_generic(const KernelArgs& args, cudaStream_t stream);
+template <class D>
+cudaError_t generic_ctas_per_sm(int* blocks);
+
 // The least, over every collective's kernel, of the CTAs one multiprocessor holds at once (the
 // current device); 0 when the occupancy query fails.
 int snac_ctas_per_sm();

@@ -251,10 +251,12 @@ class SmExecutor final : public Executor {
     xargs_.guard.poll_ns = policy_.exchange_poll_ns;
     xargs_.stamps = stamps_;
     // Programmatic dependent launch (Hopper and newer): the next kernel launches while this one
-    // finishes, and waits on the GPU for it to complete.
+    // finishes, and waits on the GPU for it to complete. Only where the kernels were compiled for
+    // compute_90 or newer: code for older architectures (JIT-compiled on a newer GPU) holds no
+    // griddepcontrol.wait, so a kernel that launched early would not wait.
     int major = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_);
-    args_.pdl = major >= 9 && !config().pdl_disabled;
+    args_.pdl = major >= 9 && kernels_ptx_version(device_) >= 90 && !config().pdl_disabled;
     xargs_.pdl = args_.pdl;
     xargs_.trigger = config().pdl_trigger;
     log::info(log::kInit,

@@ -1,28 +1,34 @@
 // Zero-staged collectives back to back on one stream, each reading the previous one's output, ranks
 // as processes on the GPU(s).
 //
-// Each rank captures six calls into one CUDA graph (or, with --eager, runs them outside any graph):
-// AllReduce a -> b, ReduceScatter b -> c, AllGather c -> d, AllReduce d in place, Broadcast d -> f
-// from rank 1 % n, Reduce f -> g to rank 0, all int32 sums of just over 1 MiB (the zero-staging
-// bound), and replays the graph three times with new inputs. Every buffer is poisoned before each
-// replay and checked after it against sums worked out here (exact: int32 sums wrap alike). A call
-// that read its input before the previous call had finished writing it, or wrote its output while
-// a peer still read the previous contents, shows up as wrong elements.
+// Each rank captures seven calls into one CUDA graph (or, with --eager, runs them outside any
+// graph): AllReduce a -> b, ReduceScatter b -> c, AllGather c -> d, AllReduce d in place, Broadcast
+// d -> f from rank 1 % n, Reduce f -> g to rank 0, all uint32 sums of just over 1 MiB (zero-staged),
+// then an AllReduce of f's first 64 KiB into h (the latency exchange, which launches early behind
+// the zero-staging kernel), and replays the graph three times with new inputs. Every buffer is
+// poisoned before each replay and checked after it against sums worked out here (exact: uint32
+// sums wrap alike). A call that read its input before the previous call had finished writing it,
+// or wrote its output while a peer still read the previous contents, shows up as wrong elements.
+// The ranks log their COLL lines to files, where each of the six large calls must say it ran in
+// place.
 //
 // Captured zero-staging launches behind one another are joined by programmatic edges (the next
-// launches while the previous one's CTAs leave): the captured graph must hold one between each
-// pair of the six where the device has programmatic dependent launch (compute capability 9.0 and
-// later) and neither PURLIN_PDL=0 nor PURLIN_ZERO_STAGING_PDL=0 is set.
+// launches while the previous one's CTAs leave), and so is the exchange's launch behind the last:
+// where the device has programmatic dependent launch (compute capability 9.0 and later) and
+// PURLIN_PDL=0 is not set, the graph holds exactly 6 of them, or 1 with PURLIN_ZERO_STAGING_PDL=0.
 //
 // Usage: test_zero_staging_sequence [--ranks N] [--eager] [--replays R]
 // Prints "N passed, N failed" (or a skip line without a GPU); exits non-zero on failure.
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -39,7 +45,8 @@ struct Options {
   bool eager = false;
 };
 
-constexpr int kCalls = 6;
+constexpr int kLarge = 6;                       // the zero-staged calls
+constexpr std::size_t kSmall = (64u << 10) / 4;  // the exchange's AllReduce, in elements
 
 // Element i of rank r's input in replay `rep`.
 std::uint32_t value(int r, int rep, std::size_t i) {
@@ -50,31 +57,38 @@ std::uint32_t value(int r, int rep, std::size_t i) {
 }
 
 struct Buffers {
-  std::uint32_t *a = nullptr, *b = nullptr, *c = nullptr, *d = nullptr, *f = nullptr, *g = nullptr;
+  std::uint32_t *a = nullptr, *b = nullptr, *c = nullptr, *d = nullptr, *f = nullptr, *g = nullptr, *h = nullptr;
 };
 
 ncclResult_t sequence(const Buffers& m, std::size_t part, int n, ncclComm_t comm, cudaStream_t stream) {
   const std::size_t whole = part * static_cast<std::size_t>(n);
-  const ncclResult_t steps[kCalls] = {
+  const ncclResult_t steps[] = {
       ncclAllReduce(m.a, m.b, whole, ncclUint32, ncclSum, comm, stream),
       ncclReduceScatter(m.b, m.c, part, ncclUint32, ncclSum, comm, stream),
       ncclAllGather(m.c, m.d, part, ncclUint32, comm, stream),
       ncclAllReduce(m.d, m.d, whole, ncclUint32, ncclSum, comm, stream),
       ncclBroadcast(m.d, m.f, whole, ncclUint32, 1 % n, comm, stream),
       ncclReduce(m.f, m.g, whole, ncclUint32, ncclSum, 0, comm, stream),
+      ncclAllReduce(m.f, m.h, kSmall, ncclUint32, ncclSum, comm, stream),
   };
   for (ncclResult_t e : steps)
     if (e != ncclSuccess) return e;
   return ncclSuccess;
 }
 
-// Whether the environment leaves programmatic dependent launch of zero-staging kernels on.
-bool pdl_expected(int device) {
+bool env_off(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::strcmp(v, "0") == 0;
+}
+
+// The programmatic edges the captured sequence must hold: the exchange's behind the last
+// zero-staging launch, and one between each two zero-staging launches unless
+// PURLIN_ZERO_STAGING_PDL=0; none without programmatic dependent launch.
+std::size_t edges_expected(int device) {
   int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
-  const char* pdl = std::getenv("PURLIN_PDL");
-  const char* zs = std::getenv("PURLIN_ZERO_STAGING_PDL");
-  return major >= 9 && !(pdl && std::strcmp(pdl, "0") == 0) && !(zs && std::strcmp(zs, "0") == 0);
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return 0;
+  if (major < 9 || env_off("PURLIN_PDL")) return 0;
+  return env_off("PURLIN_ZERO_STAGING_PDL") ? 1 : kLarge;
 }
 
 std::size_t programmatic_edges(cudaGraph_t graph) {
@@ -108,7 +122,7 @@ int run_rank(int me, const Options& o, int device, ncclComm_t comm, cudaStream_t
   const std::size_t whole = part * un;
   const std::size_t bytes = whole * sizeof(std::uint32_t);
   Buffers m;
-  for (std::uint32_t** p : {&m.a, &m.b, &m.c, &m.d, &m.f, &m.g}) CUDA_OK(cudaMalloc(reinterpret_cast<void**>(p), bytes));
+  for (std::uint32_t** p : {&m.a, &m.b, &m.c, &m.d, &m.f, &m.g, &m.h}) CUDA_OK(cudaMalloc(reinterpret_cast<void**>(p), bytes));
 
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
@@ -121,11 +135,9 @@ int run_rank(int me, const Options& o, int device, ncclComm_t comm, cudaStream_t
       std::printf("FAIL rank %d: capture: %s\n", me, ncclGetErrorString(e));
       return 1;
     }
-    const std::size_t edges = programmatic_edges(graph);
-    const bool want_edges = pdl_expected(device);
-    if (want_edges ? edges < kCalls - 1 : edges != 0) {
-      std::printf("FAIL rank %d: the captured sequence holds %zu programmatic edges, want %s%d\n", me, edges,
-                  want_edges ? "at least " : "", want_edges ? kCalls - 1 : 0);
+    const std::size_t edges = programmatic_edges(graph), want_edges = edges_expected(device);
+    if (edges != want_edges) {
+      std::printf("FAIL rank %d: the captured sequence holds %zu programmatic edges, want %zu\n", me, edges, want_edges);
       failed = 1;
     } else {
       ++*passed;
@@ -141,7 +153,7 @@ int run_rank(int me, const Options& o, int device, ncclComm_t comm, cudaStream_t
       for (int r = 0; r < n; ++r) s += value(r, rep, i);
       sum[i] = s;
     }
-    for (std::uint32_t* p : {m.b, m.c, m.d, m.f, m.g}) CUDA_OK(cudaMemsetAsync(p, 0xA5, bytes, stream));
+    for (std::uint32_t* p : {m.b, m.c, m.d, m.f, m.g, m.h}) CUDA_OK(cudaMemsetAsync(p, 0xA5, bytes, stream));
     CUDA_OK(cudaMemcpyAsync(m.a, in.data(), bytes, cudaMemcpyHostToDevice, stream));
     if (o.eager) {
       const ncclResult_t e = sequence(m, part, n, comm, stream);
@@ -174,6 +186,11 @@ int run_rank(int me, const Options& o, int device, ncclComm_t comm, cudaStream_t
     ok = ok && same("AllGather then AllReduce in place", me, rep, got, want);
     fetch(m.f, whole);
     ok = ok && same("Broadcast", me, rep, got, want);
+    // h: n times f's first kSmall elements.
+    std::vector<std::uint32_t> small(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(kSmall));
+    for (std::uint32_t& x : small) x *= un32;
+    fetch(m.h, kSmall);
+    ok = ok && same("AllReduce (exchange)", me, rep, got, small);
     // g at rank 0: n f.
     if (me == 0) {
       for (std::size_t i = 0; i < whole; ++i) want[i] *= un32;
@@ -185,7 +202,7 @@ int run_rank(int me, const Options& o, int device, ncclComm_t comm, cudaStream_t
   }
   if (exec) CUDA_OK(cudaGraphExecDestroy(exec));
   if (graph) CUDA_OK(cudaGraphDestroy(graph));
-  for (std::uint32_t* p : {m.a, m.b, m.c, m.d, m.f, m.g}) CUDA_OK(cudaFree(p));
+  for (std::uint32_t* p : {m.a, m.b, m.c, m.d, m.f, m.g, m.h}) CUDA_OK(cudaFree(p));
   return failed;
 }
 
@@ -208,6 +225,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "test_zero_staging_sequence: --ranks 2 or more, --replays 1 or more\n");
     return 2;
   }
+  // Where the ranks' COLL lines go (one file per process).
+  const std::filesystem::path logs =
+      std::filesystem::temp_directory_path() / ("purlin-zs-sequence-" + std::to_string(getpid()));
+  std::filesystem::create_directories(logs);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "COLL", 1);
+  setenv("NCCL_DEBUG_FILE", (logs / "rank.%p").c_str(), 1);
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
   rank_results::Pipe results;
@@ -236,11 +260,30 @@ int main(int argc, char** argv) {
   });
   group.wait(ranks::Clock::now() + ranks::seconds(600));
   const rank_results::Totals totals = results.collect(o.ranks, group);
+  // Every large call in place: captured once, or run outside a graph in every replay.
+  int in_place = 0, staged = 0;
+  for (const auto& f : std::filesystem::directory_iterator(logs)) {
+    std::ifstream in(f.path());
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("zero-staging: rank") == std::string::npos) continue;
+      if (line.find(" in place") != std::string::npos) ++in_place;
+      else if ((line.find("staged") != std::string::npos || line.find("could not") != std::string::npos) && staged++ < 3)
+        std::printf("FAIL: %s\n", line.c_str());
+    }
+  }
+  std::filesystem::remove_all(logs);
   if (totals.skipped) {
     std::printf("SKIPPED: no CUDA device usable on this machine\n0 passed, 0 failed, 1 skipped\n");
     return 77;
   }
   int passed = totals.passed, failed = totals.failed;
+  const int want_in_place = kLarge * o.ranks * (o.eager ? o.replays : 1);
+  if (staged || in_place != want_in_place) {
+    std::printf("FAIL: %d COLL lines of calls run in place, want %d; %d of others\n", in_place, want_in_place, staged);
+    ++failed;
+  } else {
+    ++passed;
+  }
   if (passed + failed == 0) failed = 1;
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;

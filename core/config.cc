@@ -121,6 +121,7 @@ Config read_config() {
   bound_or_none("PURLIN_CE_MIN_BYTES", &c.ce_min_bytes, &c.ce_disabled);
   c.zero_staging_eager_disabled = env("PURLIN_ZERO_STAGING_EAGER") == "0";
   c.pdl_disabled = env("PURLIN_PDL") == "0";
+  c.zero_staging_pdl_disabled = env("PURLIN_ZERO_STAGING_PDL") == "0";
   c.exchange_lean_disabled = env("PURLIN_EXCHANGE_LEAN") == "0";
   c.exchange_word_disabled = env("PURLIN_EXCHANGE_WORD") == "0";
   c.pair_flat_disabled = env("PURLIN_PAIR_FLAT") == "0";
@@ -175,6 +176,8 @@ void log_config(const Config& c) {
   if (c.exchange_poll_ns >= 0)
     log::info(log::kEnv, "PURLIN_EXCHANGE_POLL_NS set by environment to {}", c.exchange_poll_ns);
   if (c.pdl_disabled) log::info(log::kEnv, "PURLIN_PDL=0: kernels launch without programmatic dependent launch");
+  if (c.zero_staging_pdl_disabled)
+    log::info(log::kEnv, "PURLIN_ZERO_STAGING_PDL=0: zero-staging kernels launch in plain stream order");
   if (c.exchange_word_disabled) log::info(log::kEnv, "PURLIN_EXCHANGE_WORD=0: the latency exchange runs no word kernels");
   if (c.pair_flat_disabled) log::info(log::kEnv, "PURLIN_PAIR_FLAT=0: the pair exchange moves a word of every message at a time");
   if (c.exchange_lean_disabled) log::info(log::kEnv, "PURLIN_EXCHANGE_LEAN=0: the latency exchange runs its kernels of every form");

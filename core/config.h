@@ -83,6 +83,8 @@ struct Config {
   std::uint64_t ce_min_bytes = 0;
   bool ce_disabled = false;
   bool pdl_disabled = false;           // PURLIN_PDL=0: no programmatic dependent launch
+  // PURLIN_ZERO_STAGING_PDL=0: a zero-staging kernel never launches behind the previous one early
+  bool zero_staging_pdl_disabled = false;
   PdlTrigger pdl_trigger = PdlTrigger::start;  // PURLIN_PDL_TRIGGER
   bool exchange_word_disabled = false;  // PURLIN_EXCHANGE_WORD=0: no word kernels (atom::WordAtom)
   bool pair_flat_disabled = false;      // PURLIN_PAIR_FLAT=0: the pair exchange moves a word per thread

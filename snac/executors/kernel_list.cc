@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <mutex>
-#include <set>
 #include <vector>
 
 #include "core/cuda_memory.h"
@@ -19,6 +19,17 @@ std::vector<const void*>& listed() {
   return kernels;
 }
 
+std::mutex& loads_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+// The devices whose kernels are loaded, with the least PTX version among them.
+std::map<int, int>& loads() {
+  static std::map<int, int> loaded;
+  return loaded;
+}
+
 }  // namespace
 
 bool list_kernel(const void* kernel) {
@@ -28,16 +39,16 @@ bool list_kernel(const void* kernel) {
 }
 
 Status load_kernels(int device) {
-  static std::mutex mutex;
-  static std::set<int> loaded;
-  const std::lock_guard lock(mutex);
-  if (loaded.contains(device)) return Status::ok;
+  const std::lock_guard lock(loads_mutex());
+  if (loads().contains(device)) return Status::ok;
   const auto start = std::chrono::steady_clock::now();
   std::size_t deepest = 0;
+  int least_ptx = listed().empty() ? 0 : 1 << 30;
   for (const void* kernel : listed()) {
     cudaFuncAttributes attributes{};
     PURLIN_TRY(cuda::check(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes"));
     deepest = std::max(deepest, attributes.localSizeBytes);
+    least_ptx = std::min(least_ptx, attributes.ptxVersion);
   }
   std::size_t stack = 0;
   PURLIN_TRY(cuda::check(cudaDeviceGetLimit(&stack, cudaLimitStackSize), "cudaDeviceGetLimit"));
@@ -48,12 +59,18 @@ Status load_kernels(int device) {
     cudaMemGetInfo(&free_after, &total);
     stack = deepest;
   }
-  loaded.insert(device);
+  loads()[device] = least_ptx;
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   log::info(log::kInit, "SM datapath: {} kernels loaded on device {} in {:.1f} ms; deepest stack {} B, limit {} B "
-            "(raising it took {} MiB)", listed().size(), device, ms, deepest, stack,
-            (static_cast<long long>(free_before) - static_cast<long long>(free_after)) >> 20);
+            "(raising it took {} MiB); compiled for compute_{} and newer", listed().size(), device, ms, deepest, stack,
+            (static_cast<long long>(free_before) - static_cast<long long>(free_after)) >> 20, least_ptx);
   return Status::ok;
+}
+
+int kernels_ptx_version(int device) {
+  const std::lock_guard lock(loads_mutex());
+  const auto it = loads().find(device);
+  return it == loads().end() ? 0 : it->second;
 }
 
 }  // namespace purlin::snac

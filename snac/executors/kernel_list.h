@@ -27,4 +27,8 @@ inline const bool kListed = list_kernel(reinterpret_cast<const void*>(Kernel));
 // deepest of them. Logs at INFO what it loaded and how long it took.
 Status load_kernels(int device);
 
+// The least PTX version (e.g. 90 for compute_90) among the listed kernels as loaded on `device`
+// (the code they were compiled from, JIT-compiled or not); 0 before load_kernels(device).
+int kernels_ptx_version(int device);
+
 }  // namespace purlin::snac

@@ -251,10 +251,12 @@ class SmExecutor final : public Executor {
     xargs_.guard.poll_ns = policy_.exchange_poll_ns;
     xargs_.stamps = stamps_;
     // Programmatic dependent launch (Hopper and newer): the next kernel launches while this one
-    // finishes, and waits on the GPU for it to complete.
+    // finishes, and waits on the GPU for it to complete. Only where the kernels were compiled for
+    // compute_90 or newer: code for older architectures (JIT-compiled on a newer GPU) holds no
+    // griddepcontrol.wait, so a kernel that launched early would not wait.
     int major = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_);
-    args_.pdl = major >= 9 && !config().pdl_disabled;
+    args_.pdl = major >= 9 && kernels_ptx_version(device_) >= 90 && !config().pdl_disabled;
     xargs_.pdl = args_.pdl;
     xargs_.trigger = config().pdl_trigger;
     log::info(log::kInit,
@@ -774,8 +776,38 @@ class SmExecutor final : public Executor {
     log::info(log::kColl, "zero-staging: rank {} {} of {} B {} in place, {}", xargs_.rank, name_of(op.kind), size,
               captured ? "captured" : "eager", ce ? std::string("on the copy engines") : fmt::format("{} CTAs", a.ctas));
     if (ce) PURLIN_TRY(run_ce_copies(a, stream));
-    else PURLIN_TRY(cuda::check(launch_zero_staging(a, stream), "launching the zero-staging kernel"));
+    else PURLIN_TRY(launch_zero_staging_captured(a, captured, stream));
     return captured ? Status::ok : peers_->launched(stream);
+  }
+
+  // Launches a whole zero-staging call. Captured behind this executor's previous one (the capture's
+  // only dependency is that launch's node) it launches early with programmatic dependent launch:
+  // that kernel lets it go only after its done barrier (ZeroStagingArgs::release), so its CTAs wait
+  // on multiprocessors no peer's CTA still needs. Behind any other kernel, which could still be
+  // waiting on peers' CTAs, it keeps plain stream order.
+  Status launch_zero_staging_captured(ZeroStagingArgs& a, bool captured, cudaStream_t stream) {
+    const bool pdl = captured && args_.pdl && !config().zero_staging_pdl_disabled;
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    const cudaGraphNode_t* deps = nullptr;
+    std::size_t ndeps = 0;
+    const auto last_node = [&]() -> cudaGraphNode_t {
+      if (cudaStreamGetCaptureInfo(stream, &status, &id, nullptr, &deps, nullptr, &ndeps) != cudaSuccess) {
+        cudaGetLastError();
+        return nullptr;
+      }
+      return status == cudaStreamCaptureStatusActive && ndeps == 1 ? deps[0] : nullptr;
+    };
+    a.release = args_.pdl && !config().zero_staging_pdl_disabled;
+    a.pdl = false;
+    if (pdl) {
+      const cudaGraphNode_t behind = last_node();
+      a.pdl = behind && behind == zs_node_ && id == zs_capture_;
+    }
+    PURLIN_TRY(cuda::check(launch_zero_staging(a, stream), "launching the zero-staging kernel"));
+    zs_node_ = pdl ? last_node() : nullptr;
+    zs_capture_ = id;
+    return Status::ok;
   }
 
   // Whether a Send/Recv message of `bytes` takes the pair exchange: every slice fits a box. Both ends
@@ -1033,6 +1065,9 @@ class SmExecutor final : public Executor {
   std::vector<std::uint64_t*> fault_words_;  // every rank's channel-0 fault word as mapped here
   std::uint64_t zs_off_ = 0;
   std::vector<std::uint64_t*> zs_words_;  // every rank's barrier words as mapped here
+  // The node of this executor's last captured zero-staging launch, and its capture's id.
+  cudaGraphNode_t zs_node_ = nullptr;
+  unsigned long long zs_capture_ = 0;
   // Zero-staged Send/Recv: the board its messages' ends meet on, every rank's leg words as mapped
   // here, this rank's leg call numbers (device), and the stream a round's legs run on beside its
   // staged messages.

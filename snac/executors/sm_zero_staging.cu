@@ -7,6 +7,7 @@
 
 #include "atom/sm/sm_wide_atom.cuh"
 #include "snac/executors/kernel_list.h"
+#include "snac/executors/sm_launch.cuh"
 #include "snac/executors/sm_outcome.cuh"
 #include "snac/executors/sm_zero_staging.h"
 #include "snac/protocol/zero_staging.h"
@@ -18,6 +19,10 @@ __global__ void __launch_bounds__(kZeroStagingThreads, 1) zero_staging_kernel(co
   __shared__ atom::SmCtaWords words;
   __shared__ std::uint64_t call;
   const int c = blockIdx.x;
+#if __CUDA_ARCH__ >= 900
+  // Launched early behind the previous zero-staging kernel: nothing before it has completed.
+  if (a.pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   if (threadIdx.x == 0) {
     words = atom::SmCtaWords{};
     call = *static_cast<volatile std::uint64_t*>(a.calls + c) + 1;
@@ -46,6 +51,9 @@ __global__ void __launch_bounds__(kZeroStagingThreads, 1) zero_staging_kernel(co
       if (s == Status::ok) zero_staging_move(atom, z, c, a.ctas);
       mark(2);
       if (s == Status::ok) s = zero_staging_barrier(atom, z, c, 2 * call);
+#if __CUDA_ARCH__ >= 900
+      if (a.release) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
       break;
     case ZeroStagingPhase::arrive: s = zero_staging_barrier(atom, z, c, 2 * call - 1); break;
     case ZeroStagingPhase::leave: s = zero_staging_barrier(atom, z, c, 2 * call); break;
@@ -59,9 +67,8 @@ __global__ void __launch_bounds__(kZeroStagingThreads, 1) zero_staging_kernel(co
 }  // namespace
 
 cudaError_t launch_zero_staging(const ZeroStagingArgs& a, cudaStream_t stream) {
-  (void)kListed<zero_staging_kernel>;
-  zero_staging_kernel<<<dim3(static_cast<unsigned>(a.ctas)), dim3(kZeroStagingThreads), 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch_kernel<zero_staging_kernel>(dim3(static_cast<unsigned>(a.ctas)), dim3(kZeroStagingThreads), a.pdl,
+                                            stream, a);
 }
 
 int zero_staging_ctas_per_sm() {

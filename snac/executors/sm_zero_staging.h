@@ -15,8 +15,8 @@
 namespace purlin::snac {
 
 inline constexpr int kZeroStagingThreads = 512;
-// With PURLIN_STAMPS: each CTA's globaltimer stamps of a call (entry, arrival barrier passed, its
-// share moved, exit) in a ring of this many calls, by call number (perf/zs_stamps.py reads them).
+// With PURLIN_STAMPS: each CTA's globaltimer stamps of a call (entry, after the wait for the
+// previous kernel where it launched early; arrival barrier passed; its share moved; exit) in a ring of this many calls, by call number (perf/zs_stamps.py reads them).
 inline constexpr int kZeroStagingStampCalls = 256;
 inline constexpr int kZeroStagingStamps = 4;
 
@@ -37,6 +37,14 @@ struct ZeroStagingArgs {
   // What the launch does of the call: all of it, or (the copy engines move the bytes between) only
   // the arrival barrier, or only the done barrier, which closes the call.
   ZeroStagingPhase phase = ZeroStagingPhase::whole;
+  // Launched behind the previous kernel of the stream with programmatic dependent launch (the
+  // executor allows it only where that kernel is a whole zero-staging launch); every CTA then waits
+  // for it to finish before it reads anything.
+  bool pdl = false;
+  // A whole launch lets the stream's next kernel launch once each CTA has passed the done barrier
+  // (griddepcontrol.launch_dependents): every peer's CTA has then signalled it, so none of them needs
+  // a multiprocessor that the next kernel's early CTAs could take.
+  bool release = false;
   const Window* win = nullptr;     // [nranks] channel-0 windows: the peers' fault words
   const char* in[kMaxRanks];
   char* out[kMaxRanks];
@@ -61,8 +69,9 @@ PURLIN_HD ZeroStagingCall zero_staging_view(const ZeroStagingArgs& a, std::uint6
   return z;
 }
 
-// Launches a.ctas CTAs of kZeroStagingThreads on `stream`, in stream order (no early launch: every
-// peer's CTAs spin on this rank's, so the previous kernel must be gone).
+// Launches a.ctas CTAs of kZeroStagingThreads on `stream`, in stream order unless a.pdl (every
+// peer's CTAs spin on this rank's, so a previous kernel that could still need multiprocessors must
+// be gone before these take theirs).
 cudaError_t launch_zero_staging(const ZeroStagingArgs& a, cudaStream_t stream);
 // How many CTAs of the zero-staging kernels (both forms) one multiprocessor of the current device
 // holds at once; 0 where that cannot be found.

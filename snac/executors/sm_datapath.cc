@@ -67,11 +67,15 @@ constexpr int kExchangeCtasPerSm = 2;
 // 2.30.7 took 62.3, 36.3, 36.1 and 26.2 (nccl-compare, bf16, graph;
 // perf/results/2026-12-01-h200-exchange/).
 constexpr std::uint64_t kExchangeCallBytes = 1ull << 20;
-// Zero-staging from the size where the generic kernels take over from the exchange.
-constexpr std::uint64_t kZeroStagingMinBytes = kExchangeCallBytes;
+// With 2 ranks the exchange takes calls below 2 MiB, and zero-staging starts there. One H100, 2 ranks,
+// nccl-tests, bf16, graph, us per call at 1 MiB, the exchange against zero-staging (NCCL 2.30.7 in
+// the same run; perf/results/2026-12-05-h100-two-rank-bound/): AllReduce 13.09 / 14.42 (13.13),
+// AllGather 8.13 / 10.37 (9.98), ReduceScatter 8.13 / 13.11 (9.24), Reduce 8.40 / 13.73 (12.09),
+// AlltoAll 8.91 / 10.91 (17.04); eager ReduceScatter 7.36 / 13.09 (8.82).
+constexpr std::uint64_t exchange_call(int nranks) { return nranks == 2 ? 2ull << 20 : kExchangeCallBytes; }
 // Broadcast and Reduce with 5 or more ranks, whose whole buffer beyond the exchange's bound went to
 // the generic kernels, zero-staged from 512 KiB, with a quarter of the CTAs below
-// kZeroStagingMinBytes. One H100, 8 ranks, 512 KiB, nccl-tests, bf16, graph, us per call
+// the zero-staging bound. One H100, 8 ranks, 512 KiB, nccl-tests, bf16, graph, us per call
 // (perf/results/2026-12-05-h100-mid-sizes/): generic 34.14 and 48.37, exchange at 512 KiB 26.23 and
 // 32.93, zero-staging with 8 CTAs 17.67 and 21.01, with 4 16.73 and 18.11, NCCL 2.30.7 20.69 and
 // 17.70 in the same run; with 16 CTAs Reduce took 53-247 us from 128 KiB to 1 MiB in another run.
@@ -142,9 +146,10 @@ void derive(const Regime& r, int wanted, Policy* p) {
     }
   }
   p->exchange_max_bytes = c.exchange_disabled ? 0 : c.exchange_max_bytes ? c.exchange_max_bytes : exchange_max(r.nranks);
-  p->exchange_call_bytes = c.exchange_call_bytes ? c.exchange_call_bytes : kExchangeCallBytes;
+  p->exchange_call_bytes = c.exchange_call_bytes ? c.exchange_call_bytes : exchange_call(r.nranks);
+  // Zero-staging from the size where the generic kernels would take over from the exchange.
   p->zero_staging_min_bytes = c.zero_staging_disabled ? 0 : c.zero_staging_min_bytes ? c.zero_staging_min_bytes
-                                                                                      : kZeroStagingMinBytes;
+                                                                                      : exchange_call(r.nranks);
   // Every sharing rank's CTAs spin on each other's, so all of them must fit the GPU at once, at the
   // zero-staging kernels' own residency (one CTA per multiprocessor where their registers fill it: 8
   // ranks of 24 CTAs each stopped at PURLIN_TIMEOUT on a GPU of 132 multiprocessors).
@@ -196,6 +201,11 @@ void derive(const Regime& r, int wanted, Policy* p) {
   p->exchange_channel_bytes = std::min(p->exchange_channel_bytes, slice_fit);
   p->exchange_max_bytes = std::min(p->exchange_max_bytes, slice_fit * static_cast<std::uint64_t>(p->exchange_channels));
   if (r.nranks < 2) p->exchange_max_bytes = 0;
+  // With up to 4 ranks, a Broadcast or Reduce whose buffer is too large for one exchange message
+  // is zero-staged even below the zero-staging bound (2 ranks: from 1 MiB and a byte to 2 MiB),
+  // rather than left to the generic kernels.
+  if (r.nranks <= 4 && !c.zero_staging_min_bytes && p->exchange_max_bytes && p->zero_staging_rooted_min_bytes)
+    p->zero_staging_rooted_min_bytes = std::min(p->zero_staging_rooted_min_bytes, p->exchange_max_bytes + 1);
   // The pair exchange's boxes are its own: one channel's slice of its largest message each.
   if (p->exchange_max_bytes) {
     const std::uint64_t pair_all = pair_boxes(r.nranks) * static_cast<std::uint64_t>(p->exchange_channels);

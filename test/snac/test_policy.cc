@@ -99,6 +99,8 @@ TEST_CASE("zero-staging's CTAs of every rank sharing the GPU fit it at once", "[
   CHECK(policy_for(sm_policy_recipe(), Regime{8, 8, 16, 2, 90, 2}).zero_staging_ctas == 4);
   CHECK(policy_for(sm_policy_recipe(), Regime{8, 8, 100, 4, 90, 1}).zero_staging_ctas == 12);
   CHECK(policy_for(sm_policy_recipe(), Regime{8, 8, 132, 2, 90}).zero_staging_min_bytes == (1u << 20));
+  CHECK(policy_for(sm_policy_recipe(), Regime{4, 4, 132, 2, 90}).zero_staging_min_bytes == (1u << 20));
+  CHECK(policy_for(sm_policy_recipe(), Regime{4, 4, 132, 2, 90}).zero_staging_rooted_min_bytes == (1u << 20));
   CHECK(policy_for(sm_policy_recipe(), Regime{1, 1, 132, 2, 90}).zero_staging_min_bytes == 0);  // one rank: nothing to share
   // Broadcast and Reduce from 512 KiB with 5 or more ranks (the exchange takes them below 1 MiB
   // with fewer).
@@ -160,7 +162,10 @@ TEST_CASE("AllReduce is one-shot where the exchange takes it up to its bound per
   using purlin::snac::runs_direct;
   const auto two = policy_for(sm_policy_recipe(), Regime{2, 2, 132, 2, 90});
   REQUIRE(two.exchange_max_bytes == (1u << 20));
-  REQUIRE(two.exchange_call_bytes == (1u << 20));
+  REQUIRE(two.exchange_call_bytes == (2u << 20));
+  // Zero-staging from the exchange's call bound, Broadcast and Reduce from past its message bound.
+  CHECK(two.zero_staging_min_bytes == (2u << 20));
+  CHECK(two.zero_staging_rooted_min_bytes == (1u << 20) + 1);
   auto ar = [&](const purlin::snac::Policy& p, std::uint64_t total, int n) {
     return runs_direct(p, DirectOf::all_reduce, total, (total / n + 255) / 256 * 256);
   };
@@ -168,8 +173,9 @@ TEST_CASE("AllReduce is one-shot where the exchange takes it up to its bound per
   CHECK(ar(two, 256u << 10, 2));
   CHECK_FALSE(ar(two, (256u << 10) + 256, 2));
   CHECK_FALSE(ar(two, 512u << 10, 2));          // shards of 256 KiB: the two-shot exchange
-  CHECK_FALSE(ar(two, (1u << 20) - 1024, 2));    // up to the call bound
-  CHECK(ar(two, 1u << 20, 2));                   // a call at the call bound: the direct kernels
+  CHECK_FALSE(ar(two, 1u << 20, 2));             // shards of 512 KiB: the two-shot exchange
+  CHECK_FALSE(ar(two, (2u << 20) - 1024, 2));    // up to the call bound
+  CHECK(ar(two, 2u << 20, 2));                   // a call at the call bound: the direct kernels
   CHECK(ar(two, 4u << 20, 2));
   CHECK_FALSE(ar(two, (4u << 20) + 256, 2));
   CHECK_FALSE(ar(two, 0, 2));

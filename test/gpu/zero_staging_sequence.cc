@@ -3,7 +3,8 @@
 //
 // Each rank captures seven calls into one CUDA graph (or, with --eager, runs them outside any
 // graph): AllReduce a -> b, ReduceScatter b -> c, AllGather c -> d, AllReduce d in place, Broadcast
-// d -> f from rank 1 % n, Reduce f -> g to rank 0, all uint32 sums of just over 1 MiB (zero-staged),
+// d -> f from rank 1 % n, Reduce f -> g to rank 0, all uint32 sums of just over 2 MiB (zero-staged
+// with any number of ranks),
 // then an AllReduce of f's first 64 KiB into h (the latency exchange, which launches early behind
 // the zero-staging kernel), and replays the graph three times with new inputs. Every buffer is
 // poisoned before each replay and checked after it against sums worked out here (exact: uint32
@@ -117,8 +118,9 @@ bool same(const char* what, int me, int rep, const std::vector<std::uint32_t>& g
 int run_rank(int me, const Options& o, int device, ncclComm_t comm, cudaStream_t stream, int* passed) {
   const int n = o.ranks;
   const std::size_t un = static_cast<std::size_t>(n);
-  // Each rank's block of just over 1 MiB / n, so that every call's larger side is past 1 MiB.
-  const std::size_t part = (1u << 20) / 4 / un + 5;
+  // Each rank's block of just over 2 MiB / n, so that every call's larger side is past the
+  // zero-staging bound (1 MiB, 2 MiB with 2 ranks).
+  const std::size_t part = (2u << 20) / 4 / un + 5;
   const std::size_t whole = part * un;
   const std::size_t bytes = whole * sizeof(std::uint32_t);
   Buffers m;

@@ -28,11 +28,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "test/common/coll_log.h"
 #include "test/common/cuda_ok.h"
 #include "test/common/loopback.h"
 #include "test/common/rank_results.h"
@@ -184,14 +184,8 @@ int main(int argc, char** argv) {
     }
   }
   // Where the ranks' COLL lines go with --eager (one file per process).
-  std::filesystem::path logs;
-  if (o.eager) {
-    logs = std::filesystem::temp_directory_path() / ("purlin-zs-cycles-" + std::to_string(getpid()));
-    std::filesystem::create_directories(logs);
-    setenv("NCCL_DEBUG", "INFO", 1);
-    setenv("NCCL_DEBUG_SUBSYS", "COLL", 1);
-    setenv("NCCL_DEBUG_FILE", (logs / "rank.%p").c_str(), 1);
-  }
+  std::optional<coll_log::Files> logs;
+  if (o.eager) logs.emplace("zs-cycles");
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
   rank_results::Pipe results;
@@ -221,24 +215,16 @@ int main(int argc, char** argv) {
   const rank_results::Totals totals = results.collect(o.ranks, group);
   int passed = totals.passed, failed = totals.failed;
   if (totals.skipped) {
-    if (o.eager) std::filesystem::remove_all(logs);
     std::printf("SKIPPED: no CUDA device usable on this machine\n0 passed, 0 failed, 1 skipped\n");
     return 77;
   }
   if (o.eager) {
     // Every eager call in place: mappings were made, and none was refused.
     int mapped = 0, staged = 0;
-    for (const auto& f : std::filesystem::directory_iterator(logs)) {
-      std::ifstream in(f.path());
-      for (std::string line; std::getline(in, line);) {
-        if (line.find("zero-staging:") == std::string::npos) continue;
-        if (line.find("more peer allocations") != std::string::npos || line.find("Send/Recv buffer") != std::string::npos) ++mapped;
-        if (line.find("staged") != std::string::npos) {
-          if (staged++ < 3) std::printf("FAIL: %s\n", line.c_str());
-        }
-      }
+    for (const std::string& line : logs->lines("zero-staging:")) {
+      if (line.find("more peer allocations") != std::string::npos || line.find("Send/Recv buffer") != std::string::npos) ++mapped;
+      if (line.find("staged") != std::string::npos && staged++ < 3) std::printf("FAIL: %s\n", line.c_str());
     }
-    std::filesystem::remove_all(logs);
     if (staged || mapped == 0) {
       std::printf("FAIL: %d log lines of staged calls, %d of mappings made\n", staged, mapped);
       ++failed;

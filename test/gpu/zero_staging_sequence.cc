@@ -28,11 +28,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
+#include "test/common/coll_log.h"
 #include "test/common/cuda_ok.h"
 #include "test/common/loopback.h"
 #include "test/common/rank_results.h"
@@ -228,12 +227,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   // Where the ranks' COLL lines go (one file per process).
-  const std::filesystem::path logs =
-      std::filesystem::temp_directory_path() / ("purlin-zs-sequence-" + std::to_string(getpid()));
-  std::filesystem::create_directories(logs);
-  setenv("NCCL_DEBUG", "INFO", 1);
-  setenv("NCCL_DEBUG_SUBSYS", "COLL", 1);
-  setenv("NCCL_DEBUG_FILE", (logs / "rank.%p").c_str(), 1);
+  const coll_log::Files logs("zs-sequence");
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
   rank_results::Pipe results;
@@ -264,16 +258,11 @@ int main(int argc, char** argv) {
   const rank_results::Totals totals = results.collect(o.ranks, group);
   // Every large call in place: captured once, or run outside a graph in every replay.
   int in_place = 0, staged = 0;
-  for (const auto& f : std::filesystem::directory_iterator(logs)) {
-    std::ifstream in(f.path());
-    for (std::string line; std::getline(in, line);) {
-      if (line.find("zero-staging: rank") == std::string::npos) continue;
-      if (line.find(" in place") != std::string::npos) ++in_place;
-      else if ((line.find("staged") != std::string::npos || line.find("could not") != std::string::npos) && staged++ < 3)
-        std::printf("FAIL: %s\n", line.c_str());
-    }
+  for (const std::string& line : logs.lines("zero-staging: rank")) {
+    if (line.find(" in place") != std::string::npos) ++in_place;
+    else if ((line.find("staged") != std::string::npos || line.find("could not") != std::string::npos) && staged++ < 3)
+      std::printf("FAIL: %s\n", line.c_str());
   }
-  std::filesystem::remove_all(logs);
   if (totals.skipped) {
     std::printf("SKIPPED: no CUDA device usable on this machine\n0 passed, 0 failed, 1 skipped\n");
     return 77;

@@ -786,7 +786,8 @@ class SmExecutor final : public Executor {
   // on multiprocessors no peer's CTA still needs. Behind any other kernel, which could still be
   // waiting on peers' CTAs, it keeps plain stream order.
   Status launch_zero_staging_captured(ZeroStagingArgs& a, bool captured, cudaStream_t stream) {
-    const bool pdl = captured && args_.pdl && !config().zero_staging_pdl_disabled;
+    const bool early = args_.pdl && !config().zero_staging_pdl_disabled;
+    const bool pdl = captured && early;
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     unsigned long long id = 0;
     const cudaGraphNode_t* deps = nullptr;
@@ -798,7 +799,7 @@ class SmExecutor final : public Executor {
       }
       return status == cudaStreamCaptureStatusActive && ndeps == 1 ? deps[0] : nullptr;
     };
-    a.release = args_.pdl && !config().zero_staging_pdl_disabled;
+    a.release = early;
     a.pdl = false;
     if (pdl) {
       const cudaGraphNode_t behind = last_node();

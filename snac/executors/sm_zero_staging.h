@@ -16,7 +16,8 @@ namespace purlin::snac {
 
 inline constexpr int kZeroStagingThreads = 512;
 // With PURLIN_STAMPS: each CTA's globaltimer stamps of a call (entry, after the wait for the
-// previous kernel where it launched early; arrival barrier passed; its share moved; exit) in a ring of this many calls, by call number (perf/zs_stamps.py reads them).
+// previous kernel where it launched early; arrival barrier passed; its share moved; exit) in a ring
+// of this many calls, by call number (perf/zs_stamps.py reads them).
 inline constexpr int kZeroStagingStampCalls = 256;
 inline constexpr int kZeroStagingStamps = 4;
 

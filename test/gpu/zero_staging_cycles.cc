@@ -23,7 +23,6 @@
 // Prints "N passed, N failed" (or a skip line without a GPU); exits non-zero on failure.
 #include <cuda_runtime.h>
 #include <nccl.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>

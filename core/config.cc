@@ -118,6 +118,7 @@ Config read_config() {
   c.exchange_channel_bytes = bytes_or("PURLIN_EXCHANGE_CHANNEL_BYTES", env("PURLIN_EXCHANGE_CHANNEL_BYTES"));
   c.exchange_call_bytes = bytes_or("PURLIN_EXCHANGE_CALL_BYTES", env("PURLIN_EXCHANGE_CALL_BYTES"));
   bound_or_none("PURLIN_ZERO_STAGING_MIN_BYTES", &c.zero_staging_min_bytes, &c.zero_staging_disabled);
+  c.zero_staging_full_bytes = bytes_or("PURLIN_ZERO_STAGING_FULL_BYTES", env("PURLIN_ZERO_STAGING_FULL_BYTES"));
   bound_or_none("PURLIN_CE_MIN_BYTES", &c.ce_min_bytes, &c.ce_disabled);
   c.zero_staging_eager_disabled = env("PURLIN_ZERO_STAGING_EAGER") == "0";
   c.pdl_disabled = env("PURLIN_PDL") == "0";

@@ -75,6 +75,8 @@ struct Config {
   std::uint64_t zero_staging_min_bytes = 0;
   bool zero_staging_disabled = false;
   int zero_staging_ctas = 0;           // PURLIN_ZERO_STAGING_CTAS: CTAs per rank of a zero-staging call
+  // PURLIN_ZERO_STAGING_FULL_BYTES: zero-staged calls below this size run fewer CTAs (0: not set)
+  std::uint64_t zero_staging_full_bytes = 0;
   // PURLIN_ZERO_STAGING_EAGER=0: calls outside graphs are staged whatever their buffers
   bool zero_staging_eager_disabled = false;
   // PURLIN_CE_MIN_BYTES: zero-staged calls that only copy (AllGather, AlltoAll, Broadcast, Gather,

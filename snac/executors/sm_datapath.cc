@@ -73,6 +73,8 @@ constexpr std::uint64_t kExchangeCallBytes = 1ull << 20;
 // AllGather 8.13 / 10.37 (9.98), ReduceScatter 8.13 / 13.11 (9.24), Reduce 8.40 / 13.73 (12.09),
 // AlltoAll 8.91 / 10.91 (17.04); eager ReduceScatter 7.36 / 13.09 (8.82).
 constexpr std::uint64_t exchange_call(int nranks) { return nranks == 2 ? 2ull << 20 : kExchangeCallBytes; }
+// With 2 ranks, zero-staged calls below this size run half the CTAs (derive()).
+constexpr std::uint64_t kTwoRankFullBytes = 8ull << 20;
 // Broadcast and Reduce with 5 or more ranks, whose whole buffer beyond the exchange's bound went to
 // the generic kernels, zero-staged from 512 KiB, with a quarter of the CTAs below
 // the zero-staging bound. One H100, 8 ranks, 512 KiB, nccl-tests, bf16, graph, us per call
@@ -164,7 +166,18 @@ void derive(const Regime& r, int wanted, Policy* p) {
   p->zero_staging_rooted_min_bytes =
       r.nranks > 4 && !c.zero_staging_min_bytes ? std::min(p->zero_staging_min_bytes, kZeroStagingRootedMinBytes)
                                                 : p->zero_staging_min_bytes;
-  p->zero_staging_small_ctas = std::max(1, p->zero_staging_ctas / 4);
+  // Below the zero-staging bound (Broadcast, Reduce, and AllReduce with 2 ranks) a quarter of the
+  // CTAs; with 2 ranks half of them up to 8 MiB. One H100, 2 ranks, nccl-tests, bf16, graph, us per
+  // call, 32 CTAs against 64 (perf/results/2026-12-06-h100-two-rank-ctas/): AllReduce 2 MiB 13.44 /
+  // 15.71, ReduceScatter 11.74 / 14.20, AllGather 10.23 / 10.71, AlltoAll 11.07 / 11.89, Broadcast
+  // 10.45 / 11.32, Reduce 12.07 / 14.39; at 4 MiB 15.45 / 15.50, 13.41 / 13.99, 10.94 / 11.89,
+  // 11.19 / 12.79, 11.35 / 12.33, 14.10 / 13.86; at 16 MiB 40.63 / 39.79, 34.42 / 32.72, 29.57 /
+  // 27.93, 33.90 / 33.57.
+  const bool two = r.nranks == 2;
+  p->zero_staging_small_ctas = std::max(1, p->zero_staging_ctas / (two ? 2 : 4));
+  p->zero_staging_full_bytes = c.zero_staging_full_bytes ? c.zero_staging_full_bytes
+                               : two                     ? std::max(kTwoRankFullBytes, p->zero_staging_min_bytes)
+                                                         : p->zero_staging_min_bytes;
   p->zero_staging_eager = p->zero_staging_min_bytes && !c.zero_staging_eager_disabled;
   // The copy engines where they measured within 5% of the SM path or faster, graph and eager, on
   // one H200 shared by the ranks (perf/results/2026-12-04-h200-copy-engine/): AlltoAll with 8 ranks
@@ -206,6 +219,13 @@ void derive(const Regime& r, int wanted, Policy* p) {
   // rather than left to the generic kernels.
   if (r.nranks <= 4 && !c.zero_staging_min_bytes && p->exchange_max_bytes && p->zero_staging_rooted_min_bytes)
     p->zero_staging_rooted_min_bytes = std::min(p->zero_staging_rooted_min_bytes, p->exchange_max_bytes + 1);
+  // With 2 ranks AllReduce also leaves the exchange past its message bound: there it runs two-shot,
+  // two exchanges in a row. One H100, nccl-tests, bf16, graph, us per call at 1.5 MiB: exchange 17.98,
+  // zero-staging 14.94 (NCCL 2.30.7 17.64 in the same run); at 1 MiB 14.09 against 13.93 (13.17),
+  // and 13.09 against 14.42 in an earlier run (perf/results/2026-12-06-h100-two-rank-ctas/).
+  p->zero_staging_all_reduce_min_bytes = p->zero_staging_min_bytes;
+  if (r.nranks == 2 && !c.zero_staging_min_bytes && p->exchange_max_bytes && p->zero_staging_min_bytes)
+    p->zero_staging_all_reduce_min_bytes = std::min(p->zero_staging_min_bytes, p->exchange_max_bytes + 1);
   // The pair exchange's boxes are its own: one channel's slice of its largest message each.
   if (p->exchange_max_bytes) {
     const std::uint64_t pair_all = pair_boxes(r.nranks) * static_cast<std::uint64_t>(p->exchange_channels);

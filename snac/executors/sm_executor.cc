@@ -488,11 +488,18 @@ class SmExecutor final : public Executor {
     if (op.kind == CollKind::scatter) in_total = out_total * static_cast<std::uint64_t>(xargs_.nranks);
     return std::max(in_total, out_total);
   }
-  // The size from which a call of `kind` may be zero-staged (Broadcast and Reduce have their own).
+  // The size from which a call of `kind` may be zero-staged (Broadcast and Reduce have their own, and
+  // so has AllReduce).
   std::uint64_t zero_staging_floor(CollKind kind) const {
-    const bool rooted = kind == CollKind::broadcast || kind == CollKind::broadcast_direct ||
-                        kind == CollKind::reduce || kind == CollKind::reduce_direct;
-    return rooted ? policy_.zero_staging_rooted_min_bytes : policy_.zero_staging_min_bytes;
+    switch (kind) {
+      case CollKind::broadcast:
+      case CollKind::broadcast_direct:
+      case CollKind::reduce:
+      case CollKind::reduce_direct: return policy_.zero_staging_rooted_min_bytes;
+      case CollKind::all_reduce:
+      case CollKind::all_reduce_direct: return policy_.zero_staging_all_reduce_min_bytes;
+      default: return policy_.zero_staging_min_bytes;
+    }
   }
   void remember(const Op& op, const ExchangeArgs& x, int threads) {
     const std::uint64_t floor = zero_staging_floor(op.kind);
@@ -721,7 +728,7 @@ class SmExecutor final : public Executor {
     a.rank = xargs_.rank;
     a.nranks = n;
     a.root = std::max(op.root, 0);
-    const int ctas = size < policy_.zero_staging_min_bytes ? policy_.zero_staging_small_ctas : policy_.zero_staging_ctas;
+    const int ctas = size < policy_.zero_staging_full_bytes ? policy_.zero_staging_small_ctas : policy_.zero_staging_ctas;
     a.ctas = std::clamp(ctas, 1, kZeroStagingMaxCtas);
     a.bytes = block;
     a.elem = size_of(op.type);

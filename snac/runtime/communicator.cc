@@ -71,7 +71,9 @@ Status agree_on_policy(Bootstrap& boot, const Policy& p) {
                                            "pair exchange bound (PURLIN_EXCHANGE_MAX_BYTES)",
                                            "zero-staging bound (PURLIN_ZERO_STAGING_MIN_BYTES)",
                                            "Broadcast's and Reduce's zero-staging bound (PURLIN_ZERO_STAGING_MIN_BYTES)",
+                                           "AllReduce's zero-staging bound (PURLIN_ZERO_STAGING_MIN_BYTES)",
                                            "zero-staging CTAs (PURLIN_ZERO_STAGING_CTAS)",
+                                           "zero-staging's bound for all CTAs (PURLIN_ZERO_STAGING_FULL_BYTES)",
                                            "zero-staging outside graphs (PURLIN_ZERO_STAGING_EAGER)",
                                            "AllGather's copy-engine bound (PURLIN_CE_MIN_BYTES)",
                                            "AlltoAll's copy-engine bound (PURLIN_CE_MIN_BYTES)",
@@ -83,7 +85,8 @@ Status agree_on_policy(Bootstrap& boot, const Policy& p) {
                    p.packets_per_pair, p.channel_bytes, p.direct_max_bytes,                   p.broadcast_direct_max_bytes,
                    static_cast<std::uint64_t>(p.workers), p.exchange_max_bytes, p.exchange_channel_bytes,
                    static_cast<std::uint64_t>(p.exchange_channels), p.pair_max_bytes, p.zero_staging_min_bytes,
-                   p.zero_staging_rooted_min_bytes, static_cast<std::uint64_t>(p.zero_staging_ctas), p.zero_staging_eager ? 1u : 0u,
+                   p.zero_staging_rooted_min_bytes, p.zero_staging_all_reduce_min_bytes,
+                   static_cast<std::uint64_t>(p.zero_staging_ctas), p.zero_staging_full_bytes, p.zero_staging_eager ? 1u : 0u,
                    p.ce_all_gather_min_bytes, p.ce_all_to_all_min_bytes, p.ce_broadcast_min_bytes,
                    p.ce_gather_scatter_min_bytes, p.ce_send_recv_min_bytes};
   std::vector<Terms> all(static_cast<std::size_t>(boot.nranks()));

@@ -52,10 +52,13 @@ struct Policy {
   // buffers every rank can share, and whose larger side is at least zero_staging_min_bytes, reads and
   // writes the peers' buffers in place with zero_staging_ctas CTAs (0: never); so does such a call
   // outside a graph with zero_staging_eager. Broadcast and Reduce from zero_staging_rooted_min_bytes
-  // instead (at most zero_staging_min_bytes); calls below zero_staging_min_bytes run with
+  // instead, AllReduce from zero_staging_all_reduce_min_bytes (both at most zero_staging_min_bytes);
+  // calls below zero_staging_full_bytes (at least zero_staging_min_bytes) run with
   // zero_staging_small_ctas.
   std::uint64_t zero_staging_min_bytes = 0;
   std::uint64_t zero_staging_rooted_min_bytes = 0;
+  std::uint64_t zero_staging_all_reduce_min_bytes = 0;
+  std::uint64_t zero_staging_full_bytes = 0;
   int zero_staging_ctas = 0;
   int zero_staging_small_ctas = 0;
   bool zero_staging_eager = false;

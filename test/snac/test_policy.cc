@@ -109,8 +109,29 @@ TEST_CASE("zero-staging's CTAs of every rank sharing the GPU fit it at once", "[
   CHECK(policy_for(sm_policy_recipe(), Regime{4, 4, 132, 2, 90}).zero_staging_rooted_min_bytes == (1u << 20));
   CHECK(policy_for(sm_policy_recipe(), Regime{1, 1, 132, 2, 90}).zero_staging_rooted_min_bytes == 0);
   // Calls below 1 MiB (only those) run a quarter of the CTAs.
-  CHECK(policy_for(sm_policy_recipe(), Regime{8, 8, 132, 2, 90}).zero_staging_small_ctas == 4);
+  const auto eight = policy_for(sm_policy_recipe(), Regime{8, 8, 132, 2, 90});
+  CHECK(eight.zero_staging_small_ctas == 4);
+  CHECK(eight.zero_staging_full_bytes == (1u << 20));
   CHECK(policy_for(sm_policy_recipe(), Regime{8, 8, 16, 2, 90}).zero_staging_small_ctas == 1);
+  CHECK(policy_for(sm_policy_recipe(), Regime{4, 4, 132, 2, 90}).zero_staging_full_bytes == (1u << 20));
+  // With 2 ranks, calls below 8 MiB run half of them, on one GPU or two.
+  for (const int sharing : {1, 2}) {
+    const auto two = policy_for(sm_policy_recipe(), Regime{2, sharing, 132, 2, 90});
+    CHECK(two.zero_staging_small_ctas == 32);
+    CHECK(two.zero_staging_full_bytes == (8u << 20));
+  }
+}
+
+TEST_CASE("AllReduce leaves the exchange for zero-staging past the exchange's message bound with 2 ranks", "[policy]") {
+  // With 2 ranks the exchange runs AllReduce of more than 1 MiB as two exchanges in a row.
+  const auto two = policy_for(sm_policy_recipe(), Regime{2, 2, 132, 2, 90});
+  REQUIRE(two.exchange_max_bytes == (1u << 20));
+  CHECK(two.zero_staging_all_reduce_min_bytes == (1u << 20) + 1);
+  CHECK(two.zero_staging_min_bytes == (2u << 20));
+  // With more ranks AllReduce keeps the bound of the others.
+  CHECK(policy_for(sm_policy_recipe(), Regime{4, 4, 132, 2, 90}).zero_staging_all_reduce_min_bytes == (1u << 20));
+  CHECK(policy_for(sm_policy_recipe(), Regime{8, 8, 132, 2, 90}).zero_staging_all_reduce_min_bytes == (1u << 20));
+  CHECK(policy_for(sm_policy_recipe(), Regime{1, 1, 132, 2, 90}).zero_staging_all_reduce_min_bytes == 0);
 }
 
 TEST_CASE("the copy engines move AlltoAll, Gather, Scatter and Send/Recv where measured faster", "[policy]") {
@@ -257,7 +278,8 @@ TEST_CASE("the exchange's call bound gives every rank of a rooted call the same 
   CHECK(exchange_call_size(part, part, part, 8, false) == part);
 }
 
-// Run by the meson test snac_policy_env, with PURLIN_EXCHANGE_CALL_BYTES=2M in the environment.
+// Run by the meson test snac_policy_env, with PURLIN_EXCHANGE_CALL_BYTES=2M (and
+// PURLIN_ZERO_STAGING_FULL_BYTES=4M) in the environment.
 TEST_CASE("PURLIN_EXCHANGE_CALL_BYTES moves the exchange's call bound, and AllReduce's two-shot form with it", "[.][env]") {
   using purlin::snac::DirectOf;
   using purlin::snac::runs_direct;
@@ -273,4 +295,13 @@ TEST_CASE("PURLIN_EXCHANGE_CALL_BYTES moves the exchange's call bound, and AllRe
   CHECK(runs_direct(two, DirectOf::all_reduce, 2u << 20, 1u << 20));
   // Reduce of 1 MiB: the exchange takes it whole, direct.
   CHECK(runs_direct(two, DirectOf::reduce, 1u << 20, 0));
+}
+
+// Run by the meson test snac_policy_env, with PURLIN_ZERO_STAGING_FULL_BYTES=4M in the environment.
+TEST_CASE("PURLIN_ZERO_STAGING_FULL_BYTES moves the size from which zero-staging runs all its CTAs", "[.][env]") {
+  for (const int n : {2, 4, 8}) {
+    const auto p = policy_for(sm_policy_recipe(), Regime{n, n, 132, 2, 90});
+    CHECK(p.zero_staging_full_bytes == (4u << 20));
+    CHECK(p.zero_staging_small_ctas < p.zero_staging_ctas);
+  }
 }

@@ -166,8 +166,8 @@ void derive(const Regime& r, int wanted, Policy* p) {
   p->zero_staging_rooted_min_bytes =
       r.nranks > 4 && !c.zero_staging_min_bytes ? std::min(p->zero_staging_min_bytes, kZeroStagingRootedMinBytes)
                                                 : p->zero_staging_min_bytes;
-  // Below the zero-staging bound (Broadcast, Reduce, and AllReduce with 2 ranks) a quarter of the
-  // CTAs; with 2 ranks half of them up to 8 MiB. One H100, 2 ranks, nccl-tests, bf16, graph, us per
+  // Below the zero-staging bound (only Broadcast and Reduce get there) a quarter of the CTAs; with 2
+  // ranks half of them, up to 8 MiB. One H100, 2 ranks, nccl-tests, bf16, graph, us per
   // call, 32 CTAs against 64 (perf/results/2026-12-06-h100-two-rank-ctas/): AllReduce 2 MiB 13.44 /
   // 15.71, ReduceScatter 11.74 / 14.20, AllGather 10.23 / 10.71, AlltoAll 11.07 / 11.89, Broadcast
   // 10.45 / 11.32, Reduce 12.07 / 14.39; at 4 MiB 15.45 / 15.50, 13.41 / 13.99, 10.94 / 11.89,
@@ -217,15 +217,17 @@ void derive(const Regime& r, int wanted, Policy* p) {
   // With up to 4 ranks, a Broadcast or Reduce whose buffer is too large for one exchange message
   // is zero-staged even below the zero-staging bound (2 ranks: from 1 MiB and a byte to 2 MiB),
   // rather than left to the generic kernels.
-  if (r.nranks <= 4 && !c.zero_staging_min_bytes && p->exchange_max_bytes && p->zero_staging_rooted_min_bytes)
-    p->zero_staging_rooted_min_bytes = std::min(p->zero_staging_rooted_min_bytes, p->exchange_max_bytes + 1);
   // With 2 ranks AllReduce also leaves the exchange past its message bound: there it runs two-shot,
   // two exchanges in a row. One H100, nccl-tests, bf16, graph, us per call at 1.5 MiB: exchange 17.98,
   // zero-staging 14.94 (NCCL 2.30.7 17.64 in the same run); at 1 MiB 14.09 against 13.93 (13.17),
   // and 13.09 against 14.42 in an earlier run (perf/results/2026-12-06-h100-two-rank-ctas/).
   p->zero_staging_all_reduce_min_bytes = p->zero_staging_min_bytes;
-  if (r.nranks == 2 && !c.zero_staging_min_bytes && p->exchange_max_bytes && p->zero_staging_min_bytes)
-    p->zero_staging_all_reduce_min_bytes = std::min(p->zero_staging_min_bytes, p->exchange_max_bytes + 1);
+  const auto past_exchange = [&](bool applies, std::uint64_t* bound) {
+    if (applies && !c.zero_staging_min_bytes && p->exchange_max_bytes && *bound)
+      *bound = std::min(*bound, p->exchange_max_bytes + 1);
+  };
+  past_exchange(r.nranks <= 4, &p->zero_staging_rooted_min_bytes);
+  past_exchange(r.nranks == 2, &p->zero_staging_all_reduce_min_bytes);
   // The pair exchange's boxes are its own: one channel's slice of its largest message each.
   if (p->exchange_max_bytes) {
     const std::uint64_t pair_all = pair_boxes(r.nranks) * static_cast<std::uint64_t>(p->exchange_channels);

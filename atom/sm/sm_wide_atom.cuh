@@ -35,13 +35,13 @@ __device__ __forceinline__ void reduce_block_wide(const R& r, void* dst, const v
       uint4* out = static_cast<uint4*>(dst);
       std::size_t tiled = 0;
       switch (nsrc) {
-        case 2: tiled = reduce_tiles<R, 2, 4>(r, out, srcs, vecs); break;
-        case 3: tiled = reduce_tiles<R, 3, 4>(r, out, srcs, vecs); break;
-        case 4: tiled = reduce_tiles<R, 4, 4>(r, out, srcs, vecs); break;
-        case 5: tiled = reduce_tiles<R, 5, 2>(r, out, srcs, vecs); break;
-        case 6: tiled = reduce_tiles<R, 6, 2>(r, out, srcs, vecs); break;
-        case 7: tiled = reduce_tiles<R, 7, 2>(r, out, srcs, vecs); break;
-        default: tiled = reduce_tiles<R, 8, 2>(r, out, srcs, vecs); break;
+        case 2: tiled = reduce_tiles<R, 2, 4, true>(r, out, srcs, vecs); break;
+        case 3: tiled = reduce_tiles<R, 3, 4, true>(r, out, srcs, vecs); break;
+        case 4: tiled = reduce_tiles<R, 4, 4, true>(r, out, srcs, vecs); break;
+        case 5: tiled = reduce_tiles<R, 5, 2, true>(r, out, srcs, vecs); break;
+        case 6: tiled = reduce_tiles<R, 6, 2, true>(r, out, srcs, vecs); break;
+        case 7: tiled = reduce_tiles<R, 7, 2, true>(r, out, srcs, vecs); break;
+        default: tiled = reduce_tiles<R, 8, 2, true>(r, out, srcs, vecs); break;
       }
       const std::size_t tid = threadIdx.x, stride = blockDim.x;
       for (std::size_t i = tiled + tid; i < vecs; i += stride) {
@@ -58,13 +58,41 @@ __device__ __forceinline__ void reduce_block_wide(const R& r, void* dst, const v
   reduce_block(r, dst, srcs, nsrc, count);
 }
 
+// One tile of reduce_fan_tiles from vector `base`, each load and store behind its bound (as a
+// Bounded reduce_tile).
+template <class R, int N, int U>
+__device__ __forceinline__ void reduce_fan_tile(const R& r, uint4* const* dst, const uint4* const* src,
+                                                std::size_t base, std::size_t vecs) {
+  const std::size_t tid = threadIdx.x, stride = blockDim.x;
+  uint4 w[N][U];
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const std::size_t i = base + u * stride + tid;
+      if (i < vecs) w[k][u] = src[k][i];
+    }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const std::size_t i = base + u * stride + tid;
+    if (i >= vecs) continue;
+    WordFold<R, 16> f;
+    f.first(r, w[0][u]);
+#pragma unroll
+    for (int k = 1; k < N; ++k) f.next(r, w[k][u]);
+    const uint4 v = f.template finish<uint4>(r);
+#pragma unroll
+    for (int k = 0; k < N; ++k) __stcs(&dst[k][i], v);
+  }
+}
+
 // Every dsts[d] = the rank-ordered fold of N sources, N = the number of destinations (AllReduce's
-// shard of the result, stored into every rank's output straight from registers): whole tiles of N
-// sources' vectors as reduce_tiles loads them; returns the vectors done.
+// shard of the result, stored into every rank's output straight from registers), in tiles as
+// reduce_tiles loads them, the last one partial; returns the vectors done: all of them.
 template <class R, int N, int U>
 __device__ __forceinline__ std::size_t reduce_fan_tiles(const R& r, uint4* const* dsts, const void* const* srcs,
                                                         std::size_t vecs) {
-  const std::size_t tid = threadIdx.x, stride = blockDim.x, step = stride * U;
+  const std::size_t step = static_cast<std::size_t>(blockDim.x) * U;
   const uint4* src[N];
   uint4* dst[N];
 #pragma unroll
@@ -72,48 +100,42 @@ __device__ __forceinline__ std::size_t reduce_fan_tiles(const R& r, uint4* const
     src[k] = static_cast<const uint4*>(srcs[k]);
     dst[k] = dsts[k];
   }
-  std::size_t base = 0;
-  for (; base + step <= vecs; base += step) {
-    uint4 w[N][U];
-#pragma unroll
-    for (int k = 0; k < N; ++k)
-#pragma unroll
-      for (int u = 0; u < U; ++u) w[k][u] = src[k][base + u * stride + tid];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      WordFold<R, 16> f;
-      f.first(r, w[0][u]);
-#pragma unroll
-      for (int k = 1; k < N; ++k) f.next(r, w[k][u]);
-      const uint4 v = f.template finish<uint4>(r);
-#pragma unroll
-      for (int k = 0; k < N; ++k) __stcs(&dst[k][base + u * stride + tid], v);
-    }
-  }
-  return base;
+  for (std::size_t base = 0; base < vecs; base += step) reduce_fan_tile<R, N, U>(r, dst, src, base, vecs);
+  return vecs;
 }
 
-// Every dsts[d] = src over `vecs` 16-byte vectors: U loads in flight per thread, each stored N times.
+// One tile of copy_fan_tiles from vector `base`, each load and store behind its bound.
+template <int N, int U>
+__device__ __forceinline__ void copy_fan_tile(uint4* const* dst, const uint4* src, std::size_t base, std::size_t vecs) {
+  const std::size_t tid = threadIdx.x, stride = blockDim.x;
+  uint4 w[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const std::size_t i = base + u * stride + tid;
+    if (i < vecs) w[u] = src[i];
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const std::size_t i = base + u * stride + tid;
+    if (i >= vecs) continue;
+#pragma unroll
+    for (int k = 0; k < N; ++k) __stcs(&dst[k][i], w[u]);
+  }
+}
+
+// Every dsts[d] = src over `vecs` 16-byte vectors: U loads in flight per thread, each stored N times,
+// the last tile partial; returns the vectors done: all of them.
 // The fans' stores are streaming (evict first): nothing reads them in this call, and a fan writes
 // N times what it reads, so the stores' lines leave L2 first. With 8 ranks on one H200 that took
 // AllGather's traffic from 0.82 to 0.89 of the copy roofline (perf/probe/fan_probe.cu).
 template <int N, int U>
 __device__ __forceinline__ std::size_t copy_fan_tiles(uint4* const* dsts, const uint4* src, std::size_t vecs) {
-  const std::size_t tid = threadIdx.x, stride = blockDim.x, step = stride * U;
+  const std::size_t step = static_cast<std::size_t>(blockDim.x) * U;
   uint4* dst[N];
 #pragma unroll
   for (int k = 0; k < N; ++k) dst[k] = dsts[k];
-  std::size_t base = 0;
-  for (; base + step <= vecs; base += step) {
-    uint4 w[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) w[u] = src[base + u * stride + tid];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int k = 0; k < N; ++k) __stcs(&dst[k][base + u * stride + tid], w[u]);
-  }
-  return base;
+  for (std::size_t base = 0; base < vecs; base += step) copy_fan_tile<N, U>(dst, src, base, vecs);
+  return vecs;
 }
 
 // Whether every pointer of a fan is 16-byte aligned.
@@ -180,6 +202,9 @@ class SmWideAtom : public SmAtom {
     });
     __syncthreads();
   }
+
+  // SmAtom's copy with the partial last tile loaded at once (SmAtom::copy_with).
+  __device__ void copy(void* dst, const void* src, std::size_t bytes) const { copy_with<true>(dst, src, bytes); }
 
   // Every dsts[d] (d < n) = src over `bytes`, in one pass: each vector loaded once and stored to
   // every destination (AllGather's input into every rank's output), in tiles for 1..kWideSources

@@ -73,8 +73,9 @@ constexpr std::uint64_t kExchangeCallBytes = 1ull << 20;
 // AllGather 8.13 / 10.37 (9.98), ReduceScatter 8.13 / 13.11 (9.24), Reduce 8.40 / 13.73 (12.09),
 // AlltoAll 8.91 / 10.91 (17.04); eager ReduceScatter 7.36 / 13.09 (8.82).
 constexpr std::uint64_t exchange_call(int nranks) { return nranks == 2 ? 2ull << 20 : kExchangeCallBytes; }
-// With 2 ranks, zero-staged calls below this size run half the CTAs (derive()).
-constexpr std::uint64_t kTwoRankFullBytes = 8ull << 20;
+// Zero-staged calls below these sizes run half the CTAs, with up to 4 ranks and with more (derive()).
+constexpr std::uint64_t kFullBytesFew = 8ull << 20;
+constexpr std::uint64_t kFullBytesMany = 4ull << 20;
 // Broadcast and Reduce with 5 or more ranks, whose whole buffer beyond the exchange's bound went to
 // the generic kernels, zero-staged from 512 KiB, with a quarter of the CTAs below
 // the zero-staging bound. One H100, 8 ranks, 512 KiB, nccl-tests, bf16, graph, us per call
@@ -166,18 +167,26 @@ void derive(const Regime& r, int wanted, Policy* p) {
   p->zero_staging_rooted_min_bytes =
       r.nranks > 4 && !c.zero_staging_min_bytes ? std::min(p->zero_staging_min_bytes, kZeroStagingRootedMinBytes)
                                                 : p->zero_staging_min_bytes;
-  // Below the zero-staging bound (only Broadcast and Reduce get there) a quarter of the CTAs; with 2
-  // ranks half of them, up to 8 MiB. One H100, 2 ranks, nccl-tests, bf16, graph, us per
-  // call, 32 CTAs against 64 (perf/results/2026-12-06-h100-two-rank-ctas/): AllReduce 2 MiB 13.44 /
-  // 15.71, ReduceScatter 11.74 / 14.20, AllGather 10.23 / 10.71, AlltoAll 11.07 / 11.89, Broadcast
-  // 10.45 / 11.32, Reduce 12.07 / 14.39; at 4 MiB 15.45 / 15.50, 13.41 / 13.99, 10.94 / 11.89,
-  // 11.19 / 12.79, 11.35 / 12.33, 14.10 / 13.86; at 16 MiB 40.63 / 39.79, 34.42 / 32.72, 29.57 /
-  // 27.93, 33.90 / 33.57.
+  // Zero-staged calls below zero_staging_full_bytes run half the CTAs: 8 MiB with up to 4 ranks,
+  // 4 MiB with more. One H100 shared by the ranks, nccl-tests, bf16, graph, us per call, half the CTAs
+  // against all (perf/results/2026-12-06-h100-two-rank-ctas/, perf/results/2026-12-06-h100-tails/):
+  // 2 ranks, 32 against 64: AllReduce 2 MiB 13.44 / 15.71, ReduceScatter 11.74 / 14.20, AllGather
+  // 10.23 / 10.71, AlltoAll 11.07 / 11.89, Broadcast 10.45 / 11.32, Reduce 12.07 / 14.39; at 4 MiB
+  // 15.45 / 15.50, 13.41 / 13.99, 10.94 / 11.89, 11.19 / 12.79, 11.35 / 12.33, 14.10 / 13.86; at
+  // 16 MiB 40.63 / 39.79, 34.42 / 32.72, 29.57 / 27.93, 33.90 / 33.57. 4 ranks, 16 against 32:
+  // AllReduce 2 MiB 20.91 / 25.04, ReduceScatter 17.72 / 18.99, AllGather 13.51 / 15.08, AlltoAll
+  // 17.27 / 18.34; at 4 MiB 32.44 / 35.20, 22.56 / 25.62, 17.09 / 19.04, 23.58 / 24.49; at 8 MiB
+  // 45.33 / 45.92, 34.04 / 34.44, 26.56 / 26.14, 35.16 / 35.90. 8 ranks, 8 against 16: AllReduce
+  // 1 MiB 28.76 / 32.47, 2 MiB 36.89 / 42.52, AllGather 17.92 / 18.65, 20.04 / 21.05, AlltoAll
+  // 26.17 / 25.82, 28.30 / 29.27; at 4 MiB AllReduce 50.22 / 52.95, AllGather 30.24 / 27.90.
+  // Below the zero-staging bound (Broadcast and Reduce get there, and AllReduce with 2 ranks) a
+  // quarter of them with more than 2 ranks (kZeroStagingRootedMinBytes), half with 2.
   const bool two = r.nranks == 2;
-  p->zero_staging_small_ctas = std::max(1, p->zero_staging_ctas / (two ? 2 : 4));
-  p->zero_staging_full_bytes = c.zero_staging_full_bytes ? c.zero_staging_full_bytes
-                               : two                     ? std::max(kTwoRankFullBytes, p->zero_staging_min_bytes)
-                                                         : p->zero_staging_min_bytes;
+  p->zero_staging_small_ctas = std::max(1, p->zero_staging_ctas / 2);
+  p->zero_staging_below_ctas = two ? p->zero_staging_small_ctas : std::max(1, p->zero_staging_ctas / 4);
+  p->zero_staging_full_bytes = c.zero_staging_full_bytes
+                                   ? c.zero_staging_full_bytes
+                                   : std::max(r.nranks <= 4 ? kFullBytesFew : kFullBytesMany, p->zero_staging_min_bytes);
   p->zero_staging_eager = p->zero_staging_min_bytes && !c.zero_staging_eager_disabled;
   // The copy engines where they measured within 5% of the SM path or faster, graph and eager, on
   // one H200 shared by the ranks (perf/results/2026-12-04-h200-copy-engine/): AlltoAll with 8 ranks

@@ -728,7 +728,9 @@ class SmExecutor final : public Executor {
     a.rank = xargs_.rank;
     a.nranks = n;
     a.root = std::max(op.root, 0);
-    const int ctas = size < policy_.zero_staging_full_bytes ? policy_.zero_staging_small_ctas : policy_.zero_staging_ctas;
+    const int ctas = size < policy_.zero_staging_min_bytes    ? policy_.zero_staging_below_ctas
+                     : size < policy_.zero_staging_full_bytes ? policy_.zero_staging_small_ctas
+                                                              : policy_.zero_staging_ctas;
     a.ctas = std::clamp(ctas, 1, kZeroStagingMaxCtas);
     a.bytes = block;
     a.elem = size_of(op.type);

@@ -222,14 +222,15 @@ Policy policy_for(const PolicyRecipe& recipe, const Regime& r) {
             "{} channels (one per {} B of a call; {} CTAs fit an SM), AllReduce and Reduce direct up to {} B "
             "(AllReduce in the latency exchange up to {} B), Broadcast direct up to {} B, latency exchange up to {} B "
             "a message in calls below {} B ({} B per channel, at most {} channels, {} ns between empty polls; Send/Recv's pair exchange up to {} B), zero-staging of captured{} calls from {} B "
-            "(Broadcast and Reduce from {} B, AllReduce from {} B) with {} CTAs ({} below {} B); copy engines for AllGather {}, for AlltoAll {}, for Broadcast {}, for Gather and Scatter {}, for Send/Recv {}",
+            "(Broadcast and Reduce from {} B, AllReduce from {} B) with {} CTAs ({} below {} B, {} below {} B); copy engines for AllGather {}, for AlltoAll {}, for Broadcast {}, for Gather and Scatter {}, for Send/Recv {}",
             p.name, r.nranks, r.sharing, p.staging_half, p.chunk_bytes, p.slots, p.latency_max_bytes, p.workers,
             p.channel_bytes, r.ctas_per_sm, p.direct_max_bytes, p.exchange_direct_max_bytes,
             p.broadcast_direct_max_bytes, p.exchange_max_bytes, p.exchange_call_bytes,
             p.exchange_channel_bytes, p.exchange_channels, p.exchange_poll_ns, p.pair_max_bytes,
             p.zero_staging_eager ? " and eager" : "", p.zero_staging_min_bytes,
             p.zero_staging_rooted_min_bytes, p.zero_staging_all_reduce_min_bytes, p.zero_staging_ctas,
-            p.zero_staging_small_ctas, p.zero_staging_full_bytes,
+            p.zero_staging_small_ctas, p.zero_staging_full_bytes, p.zero_staging_below_ctas,
+            p.zero_staging_min_bytes,
             ce_bound(p.ce_all_gather_min_bytes), ce_bound(p.ce_all_to_all_min_bytes),
             ce_bound(p.ce_broadcast_min_bytes), ce_bound(p.ce_gather_scatter_min_bytes),
             ce_bound(p.ce_send_recv_min_bytes));

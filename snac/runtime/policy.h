@@ -54,13 +54,14 @@ struct Policy {
   // outside a graph with zero_staging_eager. Broadcast and Reduce from zero_staging_rooted_min_bytes
   // instead, AllReduce from zero_staging_all_reduce_min_bytes (both at most zero_staging_min_bytes);
   // calls below zero_staging_full_bytes (at least zero_staging_min_bytes) run with
-  // zero_staging_small_ctas.
+  // zero_staging_small_ctas, and those below zero_staging_min_bytes with zero_staging_below_ctas.
   std::uint64_t zero_staging_min_bytes = 0;
   std::uint64_t zero_staging_rooted_min_bytes = 0;
   std::uint64_t zero_staging_all_reduce_min_bytes = 0;
   std::uint64_t zero_staging_full_bytes = 0;
   int zero_staging_ctas = 0;
   int zero_staging_small_ctas = 0;
+  int zero_staging_below_ctas = 0;
   bool zero_staging_eager = false;
   // Zero-staged calls that only copy whose larger side is at least this size move their bytes on the
   // copy engines instead of SMs (0: never): AllGather, AlltoAll, Broadcast, Gather and Scatter; and

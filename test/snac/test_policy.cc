@@ -108,15 +108,26 @@ TEST_CASE("zero-staging's CTAs of every rank sharing the GPU fit it at once", "[
   CHECK(policy_for(sm_policy_recipe(), Regime{5, 1, 132, 2, 90}).zero_staging_rooted_min_bytes == (512u << 10));
   CHECK(policy_for(sm_policy_recipe(), Regime{4, 4, 132, 2, 90}).zero_staging_rooted_min_bytes == (1u << 20));
   CHECK(policy_for(sm_policy_recipe(), Regime{1, 1, 132, 2, 90}).zero_staging_rooted_min_bytes == 0);
-  // Calls below 1 MiB (only those) run a quarter of the CTAs.
+  // With more than 2 ranks calls below the zero-staging bound of 1 MiB (only Broadcast and Reduce
+  // get there) run a quarter of the CTAs, calls below 8 MiB (up to 4 ranks) or 4 MiB (more) half.
   const auto eight = policy_for(sm_policy_recipe(), Regime{8, 8, 132, 2, 90});
-  CHECK(eight.zero_staging_small_ctas == 4);
-  CHECK(eight.zero_staging_full_bytes == (1u << 20));
-  CHECK(policy_for(sm_policy_recipe(), Regime{8, 8, 16, 2, 90}).zero_staging_small_ctas == 1);
-  CHECK(policy_for(sm_policy_recipe(), Regime{4, 4, 132, 2, 90}).zero_staging_full_bytes == (1u << 20));
-  // With 2 ranks, calls below 8 MiB run half of them, on one GPU or two.
+  CHECK(eight.zero_staging_ctas == 16);
+  CHECK(eight.zero_staging_below_ctas == 4);
+  CHECK(eight.zero_staging_small_ctas == 8);
+  CHECK(eight.zero_staging_full_bytes == (4u << 20));
+  const auto small_gpu = policy_for(sm_policy_recipe(), Regime{8, 8, 16, 2, 90});
+  CHECK(small_gpu.zero_staging_below_ctas == 1);
+  CHECK(small_gpu.zero_staging_small_ctas == 1);
+  const auto four = policy_for(sm_policy_recipe(), Regime{4, 4, 132, 2, 90});
+  CHECK(four.zero_staging_ctas == 32);
+  CHECK(four.zero_staging_below_ctas == 8);
+  CHECK(four.zero_staging_small_ctas == 16);
+  CHECK(four.zero_staging_full_bytes == (8u << 20));
+  // With 2 ranks half of them below 8 MiB, below the bound too, on one GPU or two.
   for (const int sharing : {1, 2}) {
     const auto two = policy_for(sm_policy_recipe(), Regime{2, sharing, 132, 2, 90});
+    CHECK(two.zero_staging_ctas == 64);
+    CHECK(two.zero_staging_below_ctas == 32);
     CHECK(two.zero_staging_small_ctas == 32);
     CHECK(two.zero_staging_full_bytes == (8u << 20));
   }
@@ -302,6 +313,6 @@ TEST_CASE("PURLIN_ZERO_STAGING_FULL_BYTES moves the size from which zero-staging
   for (const int n : {2, 4, 8}) {
     const auto p = policy_for(sm_policy_recipe(), Regime{n, n, 132, 2, 90});
     CHECK(p.zero_staging_full_bytes == (4u << 20));
-    CHECK(p.zero_staging_small_ctas < p.zero_staging_ctas);
+    CHECK(p.zero_staging_small_ctas == p.zero_staging_ctas / 2);
   }
 }

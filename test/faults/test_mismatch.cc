@@ -11,10 +11,13 @@
 //   test_mismatch [--ranks 4] [--datapath host|gpu] [--only CASE[,CASE...]]
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support.h"
@@ -116,6 +119,7 @@ ncclResult_t issue(Kind k, const Args& a, void* send, void* recv, ncclComm_t com
 struct Board {
   std::atomic<double> detect_s[64];
   std::atomic<double> abort_s[64];
+  std::atomic<int> settled{0};  // ranks whose consistent AllReduce completed (or failed)
 };
 
 int rank_main(const Options& o, const ncclUniqueId& id, const Case& c, int rank, Board* board) {
@@ -148,6 +152,13 @@ int rank_main(const Options& o, const ncclUniqueId& id, const Case& c, int rank,
     y.download(got.data(), sizeof(float) * 64);
     report.check(got == std::vector<float>(64, static_cast<float>(n)), "the consistent AllReduce gave a wrong result");
   }
+  // Every rank past it before any issues the mismatched call. Otherwise two ranks that finished it
+  // can meet in the mismatched call and raise the fault while a third, descheduled, still waits for
+  // the consistent call's last packets: the fault is the communicator's, so that rank stops there with
+  // ncclInvalidUsage, and this test would read it as the consistent call failing.
+  board->settled.fetch_add(1);
+  for (const double until = now_s() + 30; board->settled.load() < n && now_s() < until;)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
 
   const double limit = detect_limit_s(o, c.kind == Kind::send_recv);
   const double t0 = now_s();

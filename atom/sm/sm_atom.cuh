@@ -202,15 +202,15 @@ struct WordFold {
   }
 };
 
-// One tile of U vectors per thread from exactly NS sources, from vector `base`: every load of the
-// tile is issued before the first fold, so NS * U loads per thread are in flight (a peer's memory
-// over NVLink is far, and one load per source and thread left the links mostly idle). Bounded: each
-// load and store behind its bound, so that a partial last tile keeps them all in flight too.
-template <class R, int NS, int U, bool Bounded>
-__device__ __forceinline__ void reduce_tile(const R& r, uint4* out, const uint4* const* src, std::size_t base,
-                                            std::size_t vecs) {
+// One tile of U vectors per thread from exactly NS sources, from vector `base`, into registers:
+// every load of the tile is issued before the first fold, so NS * U loads per thread are in flight
+// (a peer's memory over NVLink is far, and one load per source and thread left the links mostly
+// idle). Bounded: each load (and the fold's store) behind its bound, so that a partial last tile
+// keeps them all in flight too.
+template <int NS, int U, bool Bounded>
+__device__ __forceinline__ void load_tile(uint4 (&w)[NS][U], const uint4* const* src, std::size_t base,
+                                          std::size_t vecs) {
   const std::size_t tid = threadIdx.x, stride = blockDim.x;
-  uint4 w[NS][U];
 #pragma unroll
   for (int k = 0; k < NS; ++k)
 #pragma unroll
@@ -218,6 +218,13 @@ __device__ __forceinline__ void reduce_tile(const R& r, uint4* out, const uint4*
       const std::size_t i = base + u * stride + tid;
       if (!Bounded || i < vecs) w[k][u] = src[k][i];
     }
+}
+
+// The fold of a loaded tile, each vector of the result handed to store(index, vector).
+template <class R, int NS, int U, bool Bounded, class Store>
+__device__ __forceinline__ void fold_tile(const R& r, const uint4 (&w)[NS][U], std::size_t base, std::size_t vecs,
+                                          Store&& store) {
+  const std::size_t tid = threadIdx.x, stride = blockDim.x;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const std::size_t i = base + u * stride + tid;
@@ -226,8 +233,16 @@ __device__ __forceinline__ void reduce_tile(const R& r, uint4* out, const uint4*
     f.first(r, w[0][u]);
 #pragma unroll
     for (int k = 1; k < NS; ++k) f.next(r, w[k][u]);
-    out[i] = f.template finish<uint4>(r);
+    store(i, f.template finish<uint4>(r));
   }
+}
+
+template <class R, int NS, int U, bool Bounded>
+__device__ __forceinline__ void reduce_tile(const R& r, uint4* out, const uint4* const* src, std::size_t base,
+                                            std::size_t vecs) {
+  uint4 w[NS][U];
+  load_tile<NS, U, Bounded>(w, src, base, vecs);
+  fold_tile<R, NS, U, Bounded>(r, w, base, vecs, [&](std::size_t i, const uint4& v) { out[i] = v; });
 }
 
 // The tiles of a share from exactly NS sources (reduce_tile); returns the vectors done. Bounded:

@@ -63,27 +63,12 @@ __device__ __forceinline__ void reduce_block_wide(const R& r, void* dst, const v
 template <class R, int N, int U>
 __device__ __forceinline__ void reduce_fan_tile(const R& r, uint4* const* dst, const uint4* const* src,
                                                 std::size_t base, std::size_t vecs) {
-  const std::size_t tid = threadIdx.x, stride = blockDim.x;
   uint4 w[N][U];
-#pragma unroll
-  for (int k = 0; k < N; ++k)
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const std::size_t i = base + u * stride + tid;
-      if (i < vecs) w[k][u] = src[k][i];
-    }
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const std::size_t i = base + u * stride + tid;
-    if (i >= vecs) continue;
-    WordFold<R, 16> f;
-    f.first(r, w[0][u]);
-#pragma unroll
-    for (int k = 1; k < N; ++k) f.next(r, w[k][u]);
-    const uint4 v = f.template finish<uint4>(r);
+  load_tile<N, U, true>(w, src, base, vecs);
+  fold_tile<R, N, U, true>(r, w, base, vecs, [&](std::size_t i, const uint4& v) {
 #pragma unroll
     for (int k = 0; k < N; ++k) __stcs(&dst[k][i], v);
-  }
+  });
 }
 
 // Every dsts[d] = the rank-ordered fold of N sources, N = the number of destinations (AllReduce's

@@ -7,8 +7,9 @@
 // with any number of ranks), then an AllReduce of f's first 64 KiB into h (the latency exchange,
 // which launches early behind the zero-staging kernel), and replays the graph three times with new
 // inputs. Every buffer is poisoned before each replay and checked after it against sums worked out
-// here (exact: uint32 sums wrap alike). A call that read its input before the previous call had finished writing it,
-// or wrote its output while a peer still read the previous contents, shows up as wrong elements.
+// here (exact: uint32 sums wrap alike). A call that read its input before the previous call had
+// finished writing it, or wrote its output while a peer still read the previous contents, shows up
+// as wrong elements.
 // The ranks log their COLL lines to files, where each of the six large calls must say it ran in
 // place.
 //

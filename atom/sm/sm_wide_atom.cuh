@@ -33,23 +33,17 @@ __device__ __forceinline__ void reduce_block_wide(const R& r, void* dst, const v
     if ((bits & 15) == 0 && nsrc >= 2 && nsrc <= kWideSources) {
       const std::size_t vecs = count / V;
       uint4* out = static_cast<uint4*>(dst);
-      std::size_t tiled = 0;
+      // Bounded tiles: every whole vector is folded here, only the elements past them are left.
       switch (nsrc) {
-        case 2: tiled = reduce_tiles<R, 2, 4, true>(r, out, srcs, vecs); break;
-        case 3: tiled = reduce_tiles<R, 3, 4, true>(r, out, srcs, vecs); break;
-        case 4: tiled = reduce_tiles<R, 4, 4, true>(r, out, srcs, vecs); break;
-        case 5: tiled = reduce_tiles<R, 5, 2, true>(r, out, srcs, vecs); break;
-        case 6: tiled = reduce_tiles<R, 6, 2, true>(r, out, srcs, vecs); break;
-        case 7: tiled = reduce_tiles<R, 7, 2, true>(r, out, srcs, vecs); break;
-        default: tiled = reduce_tiles<R, 8, 2, true>(r, out, srcs, vecs); break;
+        case 2: reduce_tiles<R, 2, 4, true>(r, out, srcs, vecs); break;
+        case 3: reduce_tiles<R, 3, 4, true>(r, out, srcs, vecs); break;
+        case 4: reduce_tiles<R, 4, 4, true>(r, out, srcs, vecs); break;
+        case 5: reduce_tiles<R, 5, 2, true>(r, out, srcs, vecs); break;
+        case 6: reduce_tiles<R, 6, 2, true>(r, out, srcs, vecs); break;
+        case 7: reduce_tiles<R, 7, 2, true>(r, out, srcs, vecs); break;
+        default: reduce_tiles<R, 8, 2, true>(r, out, srcs, vecs); break;
       }
       const std::size_t tid = threadIdx.x, stride = blockDim.x;
-      for (std::size_t i = tiled + tid; i < vecs; i += stride) {
-        WordFold<R, 16> f;
-        f.first(r, static_cast<const uint4*>(srcs[0])[i]);
-        for (int s = 1; s < nsrc; ++s) f.next(r, static_cast<const uint4*>(srcs[s])[i]);
-        out[i] = f.template finish<uint4>(r);
-      }
       S* o = static_cast<S*>(dst);
       for (std::size_t i = vecs * V + tid; i < count; i += stride) o[i] = r.element(srcs, nsrc, i);
       return;
@@ -92,19 +86,15 @@ __device__ __forceinline__ std::size_t reduce_fan_tiles(const R& r, uint4* const
 // One tile of copy_fan_tiles from vector `base`, each load and store behind its bound.
 template <int N, int U>
 __device__ __forceinline__ void copy_fan_tile(uint4* const* dst, const uint4* src, std::size_t base, std::size_t vecs) {
+  uint4 w[1][U];
+  load_tile<1, U, true>(w, &src, base, vecs);
   const std::size_t tid = threadIdx.x, stride = blockDim.x;
-  uint4 w[U];
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const std::size_t i = base + u * stride + tid;
-    if (i < vecs) w[u] = src[i];
-  }
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const std::size_t i = base + u * stride + tid;
     if (i >= vecs) continue;
 #pragma unroll
-    for (int k = 0; k < N; ++k) __stcs(&dst[k][i], w[u]);
+    for (int k = 0; k < N; ++k) __stcs(&dst[k][i], w[0][u]);
   }
 }
 

@@ -199,7 +199,7 @@ class HostExecutor final : public Executor {
   // The latency exchange serves every collective but Send/Recv rounds (which not every rank calls)
   // whose messages are all within the policy's bound.
   bool exchanges(const Op& op) const {
-    if (!exchange_bytes_ || op.kind == CollKind::send_recv || op.kind == CollKind::reduce) return false;
+    if (!exchange_bytes_ || op.kind == CollKind::send_recv) return false;
     for (const Part& p : op.in)
       if (p.bytes > policy_.exchange_max_bytes) return false;
     for (const Part& p : op.out)
@@ -209,24 +209,20 @@ class HostExecutor final : public Executor {
 
   template <class D>
   Status exchange(const Call& call, const char* name) {
-    if constexpr (!exchange_declares<D>()) {
-      return fail(Status::internal_error, fmt::format("{} has no latency exchange", name));
-    } else {
-      std::atomic<bool> failed{false};
-      atom::WaitGuard guard{&abort_, &failed, timeout_s_, windows_[ctx_.rank].fault};
-      atom::HostAtom atom(call.type, call.op, guard);
-      xctx_.epoch = ++exchange_epoch_;
-      {
-        std::lock_guard<std::mutex> g(plan_m_);
-        last_plan_ = PlanName{name, "LLxExchange", false};
-      }
-      const Status s = exchange_call<D>(atom, xctx_, call);
-      if (s != Status::ok) {
-        abort_.store(true);  // the ranks' exchanges are no longer in step
-        if (s == Status::invalid_usage) raise_fault(atom, ctx_, windows_.data(), s);
-      }
-      return s;
+    std::atomic<bool> failed{false};
+    atom::WaitGuard guard{&abort_, &failed, timeout_s_, windows_[ctx_.rank].fault};
+    atom::HostAtom atom(call.type, call.op, guard);
+    xctx_.epoch = ++exchange_epoch_;
+    {
+      std::lock_guard<std::mutex> g(plan_m_);
+      last_plan_ = PlanName{name, "LLxExchange", false};
     }
+    const Status s = exchange_call<D>(atom, xctx_, call);
+    if (s != Status::ok) {
+      abort_.store(true);  // the ranks' exchanges are no longer in step
+      if (s == Status::invalid_usage) raise_fault(atom, ctx_, windows_.data(), s);
+    }
+    return s;
   }
 
   template <class D>

@@ -60,6 +60,7 @@ bool exchange_serves(CollKind kind) {
     case CollKind::all_reduce:
     case CollKind::all_reduce_direct:
     case CollKind::reduce_scatter:
+    case CollKind::reduce:
     case CollKind::reduce_direct:
     case CollKind::all_gather:
     case CollKind::all_to_all:
@@ -81,6 +82,7 @@ Fixed fixed_kernels(CollKind kind, const ExchangeArgs& a) {
     case CollKind::all_reduce:
     case CollKind::all_reduce_direct:
     case CollKind::reduce_scatter:
+    case CollKind::reduce:
     case CollKind::reduce_direct: return exchange_fold(a.type, a.op) == ExchangeFold::any ? Fixed::none : Fixed::reduction;
     case CollKind::all_gather:
     case CollKind::all_to_all:
@@ -117,6 +119,7 @@ cudaError_t launch_exchange(CollKind kind, const ExchangeArgs& a, int threads, c
     case CollKind::all_reduce: return launch_reduction<coll::AllReduce>(a, threads, stream);
     case CollKind::all_reduce_direct: return launch_reduction<coll::AllReduceDirect>(a, threads, stream);
     case CollKind::reduce_scatter: return launch_reduction<coll::ReduceScatter>(a, threads, stream);
+    case CollKind::reduce: return launch_reduction<coll::Reduce>(a, threads, stream);
     case CollKind::reduce_direct: return launch_reduction<coll::ReduceDirect>(a, threads, stream);
     case CollKind::all_gather: return launch_exchange<coll::AllGather, void>(a, threads, stream);
     case CollKind::all_to_all: return launch_exchange<coll::AllToAll, void>(a, threads, stream);

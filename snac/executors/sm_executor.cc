@@ -935,7 +935,8 @@ class SmExecutor final : public Executor {
     };
     Form fin = Form::packed, fout = Form::packed;
     switch (op.kind) {
-      case CollKind::all_reduce: fin = fout = Form::shards; break;
+      case CollKind::all_reduce:
+      case CollKind::reduce: fin = fout = Form::shards; break;
       case CollKind::reduce_scatter: fin = Form::blocks; break;
       case CollKind::all_gather: fout = Form::blocks; break;
       case CollKind::all_to_all: fin = fout = Form::blocks; break;

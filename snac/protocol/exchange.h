@@ -127,16 +127,22 @@ PURLIN_HD Status exchange_phase(Atom& atom, const ExchangeContext& x, const Call
   }
 }
 
-// Whether D runs as an exchange: a composition needs its intermediate in an output that every
-// rank has (AllReduce, Broadcast; not Reduce, whose non-roots have no output).
+// Where a composition keeps its intermediate on this rank: its own partition of the output (as
+// coll::uniform_shape lays it out), from where the second part sends it. Where the second part
+// gathers at a root (Reduce), a rank other than the root has no output; it keeps its shard in its own
+// box for the second phase's messages from itself, which no rank writes (a rank sends itself
+// nothing). That box is this call's parity, so the next call that uses it is this rank's call two
+// later, which runs after this one has ended. A box holds a slice's packets, 16 bytes for every 8 of
+// payload, so the shard's raw bytes (no longer than any message's slice) fit in it twice over.
 template <class D>
-constexpr bool exchange_declares() {
-  if constexpr (D::composed) return D::second::root != Root::consumer;
-  else return true;
+PURLIN_HD Part exchange_mid(const ExchangeContext& x, const Call& call) {
+  if constexpr (D::second::root == Root::consumer) {
+    if (x.rank != call.root) return Part{reinterpret_cast<char*>(exchange_box(x, x.rank, 1, x.rank)), call.in[x.rank].bytes};
+  }
+  return call.out[x.rank];
 }
 
-// The whole call of D on this channel. A composition keeps its intermediate in this rank's own
-// partition of the output (as coll::uniform_shape lays it out), from where the second part sends it.
+// The whole call of D on this channel.
 template <class D, class Atom>
 PURLIN_HD Status exchange_call(Atom& atom, const ExchangeContext& x, const Call& call) {
   static_assert(atom::AtomExchanges<Atom>, "the exchange's Atom keeps the contract of atom/contract.h");
@@ -147,8 +153,7 @@ PURLIN_HD Status exchange_call(Atom& atom, const ExchangeContext& x, const Call&
     using F = typename D::first;
     using G = typename D::second;
     static_assert(F::output == Layout::packed && G::input == Layout::packed, "a packed intermediate");
-    static_assert(exchange_declares<D>(), "the intermediate must lie in an output every rank has");
-    const Part mid = call.out[x.rank];
+    const Part mid = exchange_mid<D>(x, call);
     PURLIN_TRY(exchange_phase<F>(atom, x, call, 0, mid));
     Call g = call;
     g.in = &mid;

@@ -114,19 +114,16 @@ inline std::uint64_t exchange_call_size(std::uint64_t total_in, std::uint64_t to
 }
 
 // Whether a call of `total` bytes (its whole buffer) runs in its direct form (snac's plan): within
-// the direct bound of its collective, or, for an AllReduce whose composed (two-shot) form the latency
-// exchange would take (shards of at most `shard` bytes), within the exchange's own bound instead.
-// Every rank computes the same sizes, so all choose alike.
+// the direct bound of its collective, or, for an AllReduce or Reduce whose composed (two-shot) form
+// the latency exchange would take (shards of at most `shard` bytes), within the exchange's own bound
+// instead. The two take the same steps on the way to the root's result: in one shot n - 1 whole
+// messages in and a fold of n, in two a fold of n shards and n - 1 shards in. Every rank computes
+// the same sizes, so all choose alike.
 enum class DirectOf { all_reduce, reduce, broadcast };
 inline bool runs_direct(const Policy& p, DirectOf what, std::uint64_t total, std::uint64_t shard) {
   std::uint64_t bound = what == DirectOf::broadcast ? p.broadcast_direct_max_bytes : p.direct_max_bytes;
-  if (what == DirectOf::all_reduce && shard <= p.exchange_max_bytes && total < p.exchange_call_bytes)
+  if (what != DirectOf::broadcast && shard <= p.exchange_max_bytes && total < p.exchange_call_bytes)
     bound = p.exchange_direct_max_bytes;
-  // Reduce has no composed form in the exchange (its intermediate would lie in outputs the
-  // non-roots lack), so a Reduce the exchange can take whole runs direct there rather than composed
-  // in the generic kernels (one H200, 8 ranks, 256 KiB: 30.65 us composed against NCCL's 12.22).
-  if (what == DirectOf::reduce && bound && total <= p.exchange_max_bytes && total < p.exchange_call_bytes)
-    bound = total;
   return total > 0 && total <= bound;
 }
 

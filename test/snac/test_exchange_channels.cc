@@ -2,16 +2,19 @@
 // runs them in CTAs: every rank a thread, its boxes on the heap. Ranks that cut one call into the
 // same channels exchange it intact; ranks whose sizes differ but whose first slices are equal (so
 // they cut the call into different channel counts) stop with invalid_usage at once, instead of
-// leaving the channels only one of them runs waiting for the timeout.
+// leaving the channels only one of them runs waiting for the timeout. Reduce in two shots keeps its
+// intermediate in a box away from the root, call after call, and writes no non-root's output.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <thread>
 #include <vector>
 
 #include "atom/host/host_atom.h"
 #include "collectives/all_gather.h"
+#include "collectives/reduce.h"
 #include "core/types.h"
 #include "snac/protocol/exchange.h"
 #include "test/catch.h"
@@ -62,6 +65,35 @@ struct World {
       call.out = outs.data();
       const ExchangeContext x{me, n, c, channels, 1, kBoxPackets, inbox.data()};
       PURLIN_TRY(exchange_call<coll::AllGather>(a, x, call));
+    }
+    return Status::ok;
+  }
+  // Rank `me`'s Reduce in two shots (ReduceScatter, then Gather at `root`) of `in` into out (int32
+  // sums; out is the root's only), in `channels` channels, each at call `epoch`. The shards: n parts
+  // of ceil(count / n) elements, the last ones shorter or empty.
+  Status reduce(int me, int root, const std::vector<std::int32_t>& in, std::vector<std::int32_t>& out, int channels,
+                u64 epoch) {
+    std::atomic<bool> failed{false};
+    atom::HostAtom a(DataType::int32, ReduceOp{}, atom::WaitGuard{&abort, &failed, 20, nullptr});
+    const u64 count = in.size(), per = (count + static_cast<u64>(n) - 1) / static_cast<u64>(n);
+    for (int c = 0; c < channels; ++c) {
+      std::vector<Part> ins, outs;
+      for (int k = 0; k < n; ++k) {
+        const u64 first = std::min(per * static_cast<u64>(k), count), len = std::min(per, count - first);
+        const Part whole_in{reinterpret_cast<char*>(const_cast<std::int32_t*>(in.data() + first)), len * 4};
+        ins.push_back(slice_of(whole_in, c, channels));
+        // Away from the root the output is null, with the bytes it would hold (as plan() cuts it).
+        const Part whole_out{me == root ? reinterpret_cast<char*>(out.data() + first) : nullptr, len * 4};
+        const Part o = slice_of(whole_out, c, channels);
+        outs.push_back(me == root ? o : Part{nullptr, o.bytes});
+      }
+      Call call;
+      call.root = root;
+      call.type = DataType::int32;
+      call.in = ins.data();
+      call.out = outs.data();
+      const ExchangeContext x{me, n, c, channels, epoch, kBoxPackets, inbox.data()};
+      PURLIN_TRY(exchange_call<coll::Reduce>(a, x, call));
     }
     return Status::ok;
   }
@@ -124,5 +156,47 @@ TEST_CASE("exchange: ranks whose sizes give equal first slices in other channel 
     INFO("rank " << r << " after " << took[r] << " s");
     CHECK(status[r] == Status::invalid_usage);
     CHECK(took[r] < 5.0);  // found by the tags, not by the 20 s timeout
+  }
+}
+
+TEST_CASE("exchange: Reduce in two shots sums at the root call after call, non-roots' intermediate in their own box",
+          "[snac][exchange][reduce]") {
+  // 4 ranks, calls on alternate parities (the intermediate's box is each call's parity), every root in
+  // turn; shards of up to 64 elements cut into up to 2 channels of at most 128 bytes (a box's slice).
+  constexpr int n = 4;
+  World w(n);
+  u64 epoch = 0;
+  for (const u64 count : {u64{1}, u64{37}, u64{128}, u64{255}}) {
+    const int channels = count > 128 ? 2 : 1;
+    for (int root = 0; root < n; ++root) {
+      ++epoch;
+      INFO(count << " elements, root " << root << ", call " << epoch);
+      std::vector<std::vector<std::int32_t>> in(n), out(n);
+      std::vector<std::int64_t> want(count, 0);
+      for (int r = 0; r < n; ++r) {
+        for (u64 i = 0; i < count; ++i) {
+          const auto v = static_cast<std::int32_t>(rng::splitmix(epoch << 40 | static_cast<u64>(r) << 32 | i) & 0x7fffff) - 0x400000;
+          in[r].push_back(v);
+          want[i] += v;
+        }
+        out[r].assign(count, 0x5a5a5a5a);
+      }
+      std::vector<Status> status(n, Status::internal_error);
+      std::vector<std::thread> ranks;
+      for (int r = 0; r < n; ++r)
+        ranks.emplace_back([&, r] { status[r] = w.reduce(r, root, in[r], out[r], channels, epoch); });
+      for (std::thread& t : ranks) t.join();
+      for (int r = 0; r < n; ++r) {
+        INFO("rank " << r);
+        CHECK(status[r] == Status::ok);
+        for (u64 i = 0; i < count; ++i) {
+          if (r == root) {
+            REQUIRE(out[r][i] == want[i]);
+          } else {
+            REQUIRE(out[r][i] == 0x5a5a5a5a);
+          }
+        }
+      }
+    }
   }
 }

@@ -332,7 +332,7 @@ Policy host_defaults(const Regime&) {
   p.chunk_bytes = 512u << 10;
   p.slots = 4;
   p.latency_max_bytes = 8u << 10;
-  p.direct_max_bytes = p.exchange_direct_max_bytes = 8u << 10;
+  p.direct_max_bytes = p.exchange_direct_max_bytes = p.exchange_reduce_direct_max_bytes = 8u << 10;
   p.broadcast_direct_max_bytes = 8u << 10;
   p.sim_us_per_op = 20.0;
   p.sim_gbps = 5.0;

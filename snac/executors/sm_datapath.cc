@@ -33,6 +33,17 @@ constexpr std::uint64_t kTwoRankDirectMax = 4ull << 20;
 // 8.20 / 12.64; 8 ranks at 64 KiB 20.76 / 12.64, level at 16 KiB. With 2 and 4 ranks the bound is
 // what was then the largest message the exchange took (larger one-shot calls were not measured).
 constexpr std::uint64_t exchange_direct_max(int nranks) { return nranks <= 4 ? 256ull << 10 : 32ull << 10; }
+// Reduce in the exchange runs one-shot (every input to the root, folded there) up to this size, then
+// in two shots (ReduceScatter, then Gather at the root). One H100, nccl-tests reduce_perf, bf16,
+// graph, us per call, one-shot against two-shot (perf/results/2026-12-06-h100-bars/): 8 ranks at
+// 64 KiB 7.97 / 10.72, 128 KiB 10.01 / 11.28, 256 KiB 14.67 / 12.05; 4 ranks at 256 KiB 6.83 / 6.92,
+// 512 KiB 10.16 / 9.70. With 2 ranks two shots took 6.40 at 512 KiB against NCCL's 6.53 and 9.90
+// at 1 MiB against 11.26, where one shot had taken 4.99 against 6.36 at 512 KiB (an earlier run the
+// same day) and 8.40 against 12.09 at 1 MiB (perf/results/2026-12-05-h100-two-rank-bound/): 2 ranks
+// keep the whole buffer in one shot.
+constexpr std::uint64_t exchange_reduce_direct_max(int nranks) {
+  return nranks == 2 ? kTwoRankDirectMax : nranks <= 4 ? 256ull << 10 : 128ull << 10;
+}
 // Staging of all channels together (both halves) stays within this; fewer, larger windows keep
 // the table's size.
 constexpr std::uint64_t kStagingBudget = 256ull << 20;
@@ -111,6 +122,7 @@ Policy defaults(const Regime& r) {
   // loses from 256 KiB (one H200, 4 and 8 ranks).
   p.direct_max_bytes = r.nranks == 2 ? kTwoRankDirectMax : 64u << 10;
   p.exchange_direct_max_bytes = exchange_direct_max(r.nranks);
+  p.exchange_reduce_direct_max_bytes = exchange_reduce_direct_max(r.nranks);
   p.broadcast_direct_max_bytes = 4u << 20;
   p.sim_us_per_op = 5.0;
   p.sim_gbps = 1000.0;

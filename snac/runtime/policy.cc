@@ -101,9 +101,10 @@ void apply(const PolicyEntry& e, Policy& p, int* channels) {
   if (e.latency_max_bytes >= 0) p.latency_max_bytes = static_cast<std::uint64_t>(e.latency_max_bytes);
   if (e.channel_bytes >= 0) p.channel_bytes = static_cast<std::uint64_t>(e.channel_bytes);
   if (e.direct_max_bytes >= 0)
-    p.direct_max_bytes = p.exchange_direct_max_bytes = static_cast<std::uint64_t>(e.direct_max_bytes);
+    p.direct_max_bytes = p.exchange_direct_max_bytes = p.exchange_reduce_direct_max_bytes =
+        static_cast<std::uint64_t>(e.direct_max_bytes);
   if (e.exchange_direct_max_bytes >= 0)
-    p.exchange_direct_max_bytes = static_cast<std::uint64_t>(e.exchange_direct_max_bytes);
+    p.exchange_direct_max_bytes = p.exchange_reduce_direct_max_bytes = static_cast<std::uint64_t>(e.exchange_direct_max_bytes);
   if (e.broadcast_direct_max_bytes >= 0)
     p.broadcast_direct_max_bytes = static_cast<std::uint64_t>(e.broadcast_direct_max_bytes);
   if (e.channels > 0) *channels = e.channels;
@@ -220,11 +221,12 @@ Policy policy_for(const PolicyRecipe& recipe, const Regime& r) {
   log::info(log::kTune,
             "policy {} for {} ranks ({} on this GPU): staging {} B x2, chunk {} B, {} slots, latency path up to {} B, "
             "{} channels (one per {} B of a call; {} CTAs fit an SM), AllReduce and Reduce direct up to {} B "
-            "(AllReduce in the latency exchange up to {} B), Broadcast direct up to {} B, latency exchange up to {} B "
+            "(in the latency exchange AllReduce up to {} B, Reduce up to {} B), Broadcast direct up to {} B, latency exchange up to {} B "
             "a message in calls below {} B ({} B per channel, at most {} channels, {} ns between empty polls; Send/Recv's pair exchange up to {} B), zero-staging of captured{} calls from {} B "
             "(Broadcast and Reduce from {} B, AllReduce from {} B) with {} CTAs ({} below {} B, {} below {} B); copy engines for AllGather {}, for AlltoAll {}, for Broadcast {}, for Gather and Scatter {}, for Send/Recv {}",
             p.name, r.nranks, r.sharing, p.staging_half, p.chunk_bytes, p.slots, p.latency_max_bytes, p.workers,
             p.channel_bytes, r.ctas_per_sm, p.direct_max_bytes, p.exchange_direct_max_bytes,
+            p.exchange_reduce_direct_max_bytes,
             p.broadcast_direct_max_bytes, p.exchange_max_bytes, p.exchange_call_bytes,
             p.exchange_channel_bytes, p.exchange_channels, p.exchange_poll_ns, p.pair_max_bytes,
             p.zero_staging_eager ? " and eager" : "", p.zero_staging_min_bytes,

@@ -33,8 +33,10 @@ struct Policy {
   std::uint64_t direct_max_bytes = 0;  // AllReduce and Reduce up to this size: one direct reduce (0: never)
   // An AllReduce whose two-shot form the latency exchange would take (shards within
   // exchange_max_bytes, the buffer within exchange_call_bytes) runs direct (one-shot) only up to
-  // this size. A policy entry that sets direct_max_bytes sets this too, unless it names this key.
+  // this size, a Reduce up to exchange_reduce_direct_max_bytes. A policy entry that sets
+  // direct_max_bytes sets both, unless it names this key, which sets both too.
   std::uint64_t exchange_direct_max_bytes = 0;
+  std::uint64_t exchange_reduce_direct_max_bytes = 0;
   std::uint64_t broadcast_direct_max_bytes = 0;  // Broadcast up to this size: the root's whole buffer to all
   // The latency exchange (snac/protocol/exchange.h), SM datapath: a call whose largest message is at
   // most exchange_max_bytes, and whose input and output are each smaller than exchange_call_bytes,
@@ -116,14 +118,12 @@ inline std::uint64_t exchange_call_size(std::uint64_t total_in, std::uint64_t to
 // Whether a call of `total` bytes (its whole buffer) runs in its direct form (snac's plan): within
 // the direct bound of its collective, or, for an AllReduce or Reduce whose composed (two-shot) form
 // the latency exchange would take (shards of at most `shard` bytes), within the exchange's own bound
-// instead. The two take the same steps on the way to the root's result: in one shot n - 1 whole
-// messages in and a fold of n, in two a fold of n shards and n - 1 shards in. Every rank computes
-// the same sizes, so all choose alike.
+// for it instead. Every rank computes the same sizes, so all choose alike.
 enum class DirectOf { all_reduce, reduce, broadcast };
 inline bool runs_direct(const Policy& p, DirectOf what, std::uint64_t total, std::uint64_t shard) {
   std::uint64_t bound = what == DirectOf::broadcast ? p.broadcast_direct_max_bytes : p.direct_max_bytes;
   if (what != DirectOf::broadcast && shard <= p.exchange_max_bytes && total < p.exchange_call_bytes)
-    bound = p.exchange_direct_max_bytes;
+    bound = what == DirectOf::all_reduce ? p.exchange_direct_max_bytes : p.exchange_reduce_direct_max_bytes;
   return total > 0 && total <= bound;
 }
 

@@ -211,15 +211,18 @@ TEST_CASE("AllReduce is one-shot where the exchange takes it up to its bound per
   CHECK(ar(two, 4u << 20, 2));
   CHECK_FALSE(ar(two, (4u << 20) + 256, 2));
   CHECK_FALSE(ar(two, 0, 2));
-  // Reduce takes AllReduce's bounds (its two-shot form in the exchange too); Broadcast keeps its own.
+  // Reduce has a two-shot form in the exchange too, with its own bound: with 2 ranks the whole buffer
+  // runs in one shot. Broadcast keeps its bound.
+  CHECK(two.exchange_reduce_direct_max_bytes == (4u << 20));
   CHECK(runs_direct(two, DirectOf::reduce, 256u << 10, 128u << 10));
-  CHECK_FALSE(runs_direct(two, DirectOf::reduce, 512u << 10, 256u << 10));
+  CHECK(runs_direct(two, DirectOf::reduce, 1u << 20, 512u << 10));
   CHECK(runs_direct(two, DirectOf::reduce, 2u << 20, 1u << 20));
   CHECK(runs_direct(two, DirectOf::broadcast, 256u << 10, 128u << 10));
   CHECK(runs_direct(two, DirectOf::broadcast, 1u << 20, 512u << 10));
   // With up to four ranks the exchange takes messages up to 1 MiB; with more, up to 256 KiB.
   const auto four_x = policy_for(sm_policy_recipe(), Regime{4, 4, 132, 2, 90});
   CHECK(four_x.exchange_max_bytes == (1u << 20));
+  CHECK(four_x.exchange_reduce_direct_max_bytes == (256u << 10));
   CHECK(runs_direct(four_x, DirectOf::reduce, 256u << 10, 64u << 10));
   CHECK_FALSE(runs_direct(four_x, DirectOf::reduce, 512u << 10, 128u << 10));
   CHECK_FALSE(runs_direct(four_x, DirectOf::reduce, (1u << 20) - 1024, 256u << 10));
@@ -236,16 +239,18 @@ TEST_CASE("AllReduce is one-shot where the exchange takes it up to its bound per
   CHECK(ar(eight, 32u << 10, 8));
   CHECK_FALSE(ar(eight, 64u << 10, 8));
   CHECK_FALSE(ar(eight, 128u << 10, 8));
-  // Reduce runs as AllReduce does: one-shot up to 32 KiB, then two-shot in the exchange.
+  // Reduce runs one-shot up to 128 KiB, then two-shot in the exchange.
   REQUIRE(eight.exchange_max_bytes == (256u << 10));
   CHECK(runs_direct(eight, DirectOf::reduce, 32u << 10, 4u << 10));
-  CHECK_FALSE(runs_direct(eight, DirectOf::reduce, 64u << 10, 8u << 10));
+  CHECK(runs_direct(eight, DirectOf::reduce, 128u << 10, 16u << 10));
+  CHECK_FALSE(runs_direct(eight, DirectOf::reduce, (128u << 10) + 256, 16u << 10));
   CHECK_FALSE(runs_direct(eight, DirectOf::reduce, 256u << 10, 32u << 10));
   CHECK_FALSE(runs_direct(eight, DirectOf::reduce, (256u << 10) + 256, 32u << 10));
   CHECK_FALSE(runs_direct(eight, DirectOf::reduce, 1u << 20, 128u << 10));
-  // The host datapath keeps one bound for both.
+  // The host datapath keeps one bound for all.
   const auto host = policy_for(host_policy_recipe(), Regime{2, 1, 0});
   CHECK(host.exchange_direct_max_bytes == host.direct_max_bytes);
+  CHECK(host.exchange_reduce_direct_max_bytes == host.direct_max_bytes);
 }
 
 TEST_CASE("Send/Recv's pair exchange takes messages up to 2 MiB with up to 4 ranks, 1 MiB with 5 to 8", "[policy]") {

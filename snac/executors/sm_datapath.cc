@@ -54,7 +54,8 @@ constexpr std::uint64_t kExchangeBudget = 32ull << 20;
 // Reduce below the call bound (kExchangeCallBytes) take it whole: nccl-tests, bf16, graph, one H100,
 // us per call, 512 KiB with 1 MiB against 256 KiB (perf/results/2026-12-05-h100-mid-sizes/): 2 ranks
 // Broadcast 6.29 / 19.39, Reduce 6.43 / 24.05; 4 ranks Broadcast 10.91 / 23.69, Reduce 12.55 / 37.21.
-// Other collectives below the call bound already fit 256 KiB messages.
+// Other collectives below the call bound already fit 256 KiB messages. (Reduce with 3 and 4 ranks
+// has since run in two shots from 512 KiB, exchange_reduce_direct_max, whose shards fit either way.)
 constexpr std::uint64_t exchange_max(int nranks) { return nranks <= 4 ? 1ull << 20 : 256ull << 10; }
 constexpr std::uint64_t kExchangeChannelBytes = 2ull << 10;
 // Send/Recv messages up to this size take the pair exchange (its boxes on one rank, every channel and

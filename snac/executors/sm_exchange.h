@@ -49,9 +49,8 @@ struct UniformSide {
   // In 32-bit arithmetic: the exchange's calls are below kExchangeCallBytes, and a 64-bit division
   // is dozens of instructions in every kernel that cuts its parts.
   PURLIN_HD Part part(int k, int n) const {
-    // A side this rank has no buffer for (Reduce's output away from the root) has null parts.
     const auto at = [this](std::uint32_t off) {
-      return base ? reinterpret_cast<char*>(reinterpret_cast<std::uintptr_t>(base) + off) : nullptr;
+      return reinterpret_cast<char*>(reinterpret_cast<std::uintptr_t>(base) + off);
     };
     const std::uint32_t b = static_cast<std::uint32_t>(bytes);
     if (form == Form::packed) return Part{base, b};

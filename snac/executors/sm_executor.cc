@@ -953,8 +953,9 @@ class SmExecutor final : public Executor {
     a.out = side(op.out, fout);
     if (static_cast<std::size_t>(a.in.parts(n)) != op.in.size() || static_cast<std::size_t>(a.out.parts(n)) != op.out.size())
       return false;
-    // A side this rank has no buffer for (a Reduce's or Gather's output away from the root, a null
-    // base) is null in every part here, whatever offsets the caller cut from null; only sizes count.
+    // A side this rank has no buffer for (a Reduce's or Gather's output away from the root: a null
+    // base, its parts null or offsets from null, as the caller cut them) has no pointers to compare;
+    // only sizes count.
     for (int k = 0; k < a.in.parts(n); ++k) {
       const Part p = a.in.part(k, n);
       if (p.bytes != op.in[k].bytes || (p.bytes && a.in.base && p.ptr != op.in[k].ptr)) return false;

@@ -33,8 +33,8 @@ struct Policy {
   std::uint64_t direct_max_bytes = 0;  // AllReduce and Reduce up to this size: one direct reduce (0: never)
   // An AllReduce whose two-shot form the latency exchange would take (shards within
   // exchange_max_bytes, the buffer within exchange_call_bytes) runs direct (one-shot) only up to
-  // this size, a Reduce up to exchange_reduce_direct_max_bytes. A policy entry that sets
-  // direct_max_bytes sets both, unless it names this key, which sets both too.
+  // this size, a Reduce up to exchange_reduce_direct_max_bytes. A policy entry's direct_max_bytes
+  // sets both, and its exchange_direct_max_bytes, where named, sets both again.
   std::uint64_t exchange_direct_max_bytes = 0;
   std::uint64_t exchange_reduce_direct_max_bytes = 0;
   std::uint64_t broadcast_direct_max_bytes = 0;  // Broadcast up to this size: the root's whole buffer to all

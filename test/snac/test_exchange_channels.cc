@@ -8,7 +8,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -83,8 +82,7 @@ struct World {
         const Part whole_in{reinterpret_cast<char*>(const_cast<std::int32_t*>(in.data() + first)), len * 4};
         ins.push_back(slice_of(whole_in, c, channels));
         // Away from the root the output is null, with the bytes it would hold (as plan() cuts it).
-        const Part whole_out{me == root ? reinterpret_cast<char*>(out.data() + first) : nullptr, len * 4};
-        const Part o = slice_of(whole_out, c, channels);
+        const Part o = slice_of(Part{reinterpret_cast<char*>(out.data() + first), len * 4}, c, channels);
         outs.push_back(me == root ? o : Part{nullptr, o.bytes});
       }
       Call call;

@@ -203,7 +203,7 @@ Measurement Bench::run_typed(const RowSpec& spec) {
     if (!output_written) continue;
     std::vector<T> got(expected.size());
     datapath_.download(got.data(), recv, got.size() * sizeof(T));
-    m.wrong[placement] = count_wrong(got, expected, spec.op);
+    m.wrong[placement] = count_wrong(got, expected, spec.op, nranks_);
   }
   return m;
 }

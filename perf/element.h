@@ -4,6 +4,7 @@
 
 #include <nccl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -69,7 +70,8 @@ decltype(auto) visit_type(ncclDataType_t type, F&& f) {
 //   make(random, op, nranks)  a non-zero input suited to op (no overflow to inf, no subnormals)
 //   premul_scalar(rank)       rank's own PreMulSum scalar, as nccl-tests chooses it: 1 on even
 //                             ranks, 2 on odd ones (exact in every type)
-//   close(got, want)          exact for integers; within the type's relative tolerance for floats
+//   close(got, want, nranks)  exact for integers; for floats within the type's relative tolerance
+//                             for a reduction over nranks inputs (see FloatElement::spread)
 template <class T> struct Element;
 
 // Integers wrap: the reference reduces in the unsigned type of the same width, like the hardware.
@@ -106,7 +108,7 @@ struct IntegerElement {
       }
     }
   }
-  static bool close(T got, T want) { return got == want; }
+  static bool close(T got, T want, int /*nranks*/) { return got == want; }
 };
 
 template <> struct Element<std::int8_t> : IntegerElement<std::int8_t> {};
@@ -127,7 +129,8 @@ template <> BFloat16 from_float<BFloat16>(float v);
 template <> F8E4M3 from_float<F8E4M3>(float v);
 template <> F8E5M2 from_float<F8E5M2>(float v);
 
-// Floats: T is the stored type, Acc the accumulator, `tolerance` the relative error allowed.
+// Floats: T is the stored type, Acc the accumulator; close allows `ulp`, the relative error of one
+// rounding order against another, times spread(nranks).
 template <class T, class Acc_>
 struct FloatElement {
   using Acc = Acc_;
@@ -161,31 +164,40 @@ struct FloatElement {
     }
   }
   static double to_double(T v) { return static_cast<double>(load(v)); }
-  static bool close(T got, T want, double tolerance) {
+  // How many times `ulp` a reduction over nranks inputs may be off by. The reference
+  // rounds once; a library that rounds every partial result to T (NCCL's rings do, pipelining in
+  // the buffer's type) rounds up to nranks - 1 times more. The inputs of sums are positive, so no
+  // partial result is larger than the whole and each rounding moves it at most half a unit in the
+  // last place of the result: nranks + 1 half units in all, against one unit for a single rank.
+  // Never more than half the result, whatever the ranks: no order of rounding goes that far.
+  static double spread(int nranks) { return std::max(1.0, (nranks + 1) / 2.0); }
+  static bool close(T got, T want, double ulp, int nranks) {
+    const double tolerance = std::min(0.5, ulp * spread(nranks));
     double g = to_double(got), w = to_double(want);
     return std::fabs(g - w) <= tolerance * std::fabs(w);  // false for NaN
   }
 };
 
-// One unit in the last place at 1.0 for the narrow types: with fp32 accumulation a different
-// summation order can move a result across one rounding boundary, never more.
+// Per rank, one unit in the last place at 1.0 for the narrow types: with fp32 accumulation a
+// different summation order moves a result across one rounding boundary, never more; rounding
+// partial results to the type moves it by half a unit per rounding (spread).
 template <> struct Element<Half> : FloatElement<Half, float> {
-  static bool close(Half g, Half w) { return FloatElement::close(g, w, 0x1.0p-10); }
+  static bool close(Half g, Half w, int nranks) { return FloatElement::close(g, w, 0x1.0p-10, nranks); }
 };
 template <> struct Element<BFloat16> : FloatElement<BFloat16, float> {
-  static bool close(BFloat16 g, BFloat16 w) { return FloatElement::close(g, w, 0x1.0p-7); }
+  static bool close(BFloat16 g, BFloat16 w, int nranks) { return FloatElement::close(g, w, 0x1.0p-7, nranks); }
 };
 template <> struct Element<F8E4M3> : FloatElement<F8E4M3, float> {
-  static bool close(F8E4M3 g, F8E4M3 w) { return FloatElement::close(g, w, 0x1.0p-3); }
+  static bool close(F8E4M3 g, F8E4M3 w, int nranks) { return FloatElement::close(g, w, 0x1.0p-3, nranks); }
 };
 template <> struct Element<F8E5M2> : FloatElement<F8E5M2, float> {
-  static bool close(F8E5M2 g, F8E5M2 w) { return FloatElement::close(g, w, 0x1.0p-2); }
+  static bool close(F8E5M2 g, F8E5M2 w, int nranks) { return FloatElement::close(g, w, 0x1.0p-2, nranks); }
 };
 template <> struct Element<float> : FloatElement<float, float> {
-  static bool close(float g, float w) { return FloatElement::close(g, w, 1e-5); }
+  static bool close(float g, float w, int nranks) { return FloatElement::close(g, w, 1e-5, nranks); }
 };
 template <> struct Element<double> : FloatElement<double, double> {
-  static bool close(double g, double w) { return FloatElement::close(g, w, 1e-12); }
+  static bool close(double g, double w, int nranks) { return FloatElement::close(g, w, 1e-12, nranks); }
 };
 
 // The bitwise complement of v: never equal to v, and for the values purlin-perf generates never

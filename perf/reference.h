@@ -81,14 +81,15 @@ class Reference {
 };
 
 // The number of elements of `got` that differ from `want`. Copies, max and min must be bit-exact;
-// sums, products and averages of floats may differ within the type's tolerance.
+// sums, products and averages of floats over nranks inputs may differ within the type's tolerance
+// for that many (Element<T>::close).
 template <class T>
-std::uint64_t count_wrong(const std::vector<T>& got, const std::vector<T>& want, Op op) {
+std::uint64_t count_wrong(const std::vector<T>& got, const std::vector<T>& want, Op op, int nranks) {
   const bool exact = op == Op::none || op == Op::max || op == Op::min;
   std::uint64_t wrong = 0;
   for (std::size_t i = 0; i < want.size(); ++i) {
     const bool right = exact ? std::memcmp(&got[i], &want[i], sizeof(T)) == 0
-                             : Element<T>::close(got[i], want[i]);
+                             : Element<T>::close(got[i], want[i], nranks);
     if (!right) ++wrong;
   }
   return wrong;

@@ -396,13 +396,12 @@ class SmAtom {
           for (int u = 0; u < U; ++u) vd[i + u * stride] = w[u];
         }
         if (Bounded && i < vecs) {
-          uint4 w[U];
+          const std::size_t base = i - tid;  // this thread's partial tile, as load_tile counts it
+          uint4 w[1][U];
+          load_tile<1, U, true>(w, &vs, base, vecs);
 #pragma unroll
           for (int u = 0; u < U; ++u)
-            if (i + u * stride < vecs) w[u] = vs[i + u * stride];
-#pragma unroll
-          for (int u = 0; u < U; ++u)
-            if (i + u * stride < vecs) vd[i + u * stride] = w[u];
+            if (i + u * stride < vecs) vd[i + u * stride] = w[0][u];
           i = vecs;
         }
         for (; i < vecs; i += stride) vd[i] = vs[i];
@@ -450,20 +449,7 @@ class SmAtom {
   __device__ std::uint64_t load_relaxed(std::uint64_t* word) const { return ld_relaxed_sys(word); }
 
   __device__ Status wait(std::uint64_t* flag, std::uint64_t value) const {
-    if (threadIdx.x == 0) {
-      int result = static_cast<int>(Status::ok);
-      std::uint32_t spins = 0;
-      for (;;) {
-        const Arrival a = arrival(acquire(flag), value);
-        if (a == Arrival::arrived) break;
-        if (a == Arrival::mismatch) {
-          result = mismatch();
-          break;
-        }
-        if ((++spins & 1023) == 0 && (result = give_up()) != 0) break;
-      }
-      cta_->status = result;
-    }
+    if (threadIdx.x == 0) cta_->status = spin_flag(flag, value);
     __syncthreads();
     Status s = static_cast<Status>(cta_->status);
     __syncthreads();
@@ -480,17 +466,7 @@ class SmAtom {
     for (int i = threadIdx.x; i < n && result == 0; i += blockDim.x) {
       std::uint64_t* word = nullptr;
       std::uint64_t value = 0;
-      if (!f(i, word, value)) continue;
-      std::uint32_t spins = 0;
-      for (;;) {
-        const Arrival a = arrival(acquire(word), value);
-        if (a == Arrival::arrived) break;
-        if (a == Arrival::mismatch) {
-          result = mismatch();
-          break;
-        }
-        if ((++spins & 1023) == 0 && (result = give_up()) != 0) break;
-      }
+      if (f(i, word, value)) result = spin_flag(word, value);
     }
     return agree(result);
   }
@@ -505,23 +481,7 @@ class SmAtom {
       std::uint64_t* word = nullptr;
       const std::uint64_t* watch = nullptr;
       std::uint64_t value = 0;
-      if (!f(i, word, value, watch)) continue;
-      std::uint32_t spins = 0;
-      for (;;) {
-        const Arrival a = arrival(acquire(word), value);
-        if (a == Arrival::arrived) break;
-        if (a == Arrival::mismatch) {
-          result = mismatch();
-          break;
-        }
-        if ((++spins & 1023) == 0) {
-          if (watch && arrival(ld_relaxed_sys(watch), value) == Arrival::mismatch) {
-            result = mismatch();
-            break;
-          }
-          if ((result = give_up()) != 0) break;
-        }
-      }
+      if (f(i, word, value, watch)) result = spin_flag(word, value, watch);
     }
     return agree(result);
   }
@@ -694,6 +654,20 @@ class SmAtom {
       if (a == Arrival::mismatch) return mismatch();
       if ((++spins & 1023) == 0) {
         if (watch && arrival(ld_relaxed_sys(watch), q) == Arrival::mismatch) return mismatch();
+        if (int r = give_up()) return r;
+      }
+    }
+  }
+  // Spins until *word arrives at value: 0 then, else the status that ends the wait (a mismatch, also
+  // one a long wait reads in the watch word, or give_up's).
+  __device__ __forceinline__ int spin_flag(std::uint64_t* word, std::uint64_t value,
+                                           const std::uint64_t* watch = nullptr) const {
+    for (std::uint32_t spins = 0;;) {
+      const Arrival a = arrival(acquire(word), value);
+      if (a == Arrival::arrived) return 0;
+      if (a == Arrival::mismatch) return mismatch();
+      if ((++spins & 1023) == 0) {
+        if (watch && arrival(ld_relaxed_sys(watch), value) == Arrival::mismatch) return mismatch();
         if (int r = give_up()) return r;
       }
     }

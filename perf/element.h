@@ -169,8 +169,8 @@ struct FloatElement {
   // the buffer's type) rounds up to nranks - 1 times more. The inputs of sums are positive, so no
   // partial result is larger than the whole and each rounding moves it at most half a unit in the
   // last place of the result: nranks + 1 half units in all, against one unit for a single rank.
-  // Never more than half the result, whatever the ranks: no order of rounding goes that far.
   static double spread(int nranks) { return std::max(1.0, (nranks + 1) / 2.0); }
+  // Never more than half the result, whatever the ranks: no order of rounding goes that far.
   static bool close(T got, T want, double ulp, int nranks) {
     const double tolerance = std::min(0.5, ulp * spread(nranks));
     double g = to_double(got), w = to_double(want);
@@ -178,9 +178,9 @@ struct FloatElement {
   }
 };
 
-// Per rank, one unit in the last place at 1.0 for the narrow types: with fp32 accumulation a
-// different summation order moves a result across one rounding boundary, never more; rounding
-// partial results to the type moves it by half a unit per rounding (spread).
+// `ulp`: one unit in the last place at 1.0 for the narrow types (with fp32 accumulation a different
+// summation order moves a result across one rounding boundary, never more), times spread(nranks)
+// for partial results rounded to the type.
 template <> struct Element<Half> : FloatElement<Half, float> {
   static bool close(Half g, Half w, int nranks) { return FloatElement::close(g, w, 0x1.0p-10, nranks); }
 };

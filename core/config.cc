@@ -139,7 +139,7 @@ Config read_config() {
   count_in("PURLIN_CHANNELS", 1, 64, &c.channels);
   count_in("PURLIN_EXCHANGE_POLL_NS", 0, 100000, &c.exchange_poll_ns);
   count_in("PURLIN_EXCHANGE_CHANNELS", 1, 64, &c.exchange_channels);
-  count_in("PURLIN_ZERO_STAGING_CTAS", 1, 128, &c.zero_staging_ctas);
+  count_in("PURLIN_ZERO_STAGING_CTAS", 1, 64, &c.zero_staging_ctas);
   return c;
 }
 
@@ -254,6 +254,8 @@ std::optional<std::uint64_t> parse_bytes(const std::string& text) {
   }
   return static_cast<std::uint64_t>(v) * mult;
 }
+
+Config read_environment() { return read_config(); }
 
 const Config& config() {
   static const Config c = [] {

@@ -98,6 +98,9 @@ struct Config {
 
 // The process-wide configuration, read on first use.
 const Config& config();
+// The environment as it is now, validated as config() validates it (its WARN lines included), not
+// logged and not kept: config() still holds what it read first.
+Config read_environment();
 
 // Parses PURLIN_FALLBACK: `all`, `none`, or a comma-separated list of operation names, case
 // insensitive, as NCCL's functions are named without the prefix (allreduce, broadcast, reduce,

@@ -1,0 +1,113 @@
+// The environment as core/config.cc reads it: counts outside their range and unknown datapaths are
+// refused, `none` and 0 turn a bound off, byte sizes take K/M/G, bad seconds keep the default.
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/config.h"
+#include "test/catch.h"
+
+namespace {
+
+// Sets variables for one scope and unsets them after it (none of them is set by the test harness).
+class Env {
+ public:
+  Env(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (const auto& [name, value] : vars) {
+      ::setenv(name, value, 1);
+      names_.push_back(name);
+    }
+  }
+  ~Env() {
+    for (const char* name : names_) ::unsetenv(name);
+  }
+  Env(const Env&) = delete;
+  Env& operator=(const Env&) = delete;
+
+ private:
+  std::vector<const char*> names_;
+};
+
+}  // namespace
+
+TEST_CASE("counts are taken within their range and ignored outside it", "[core][config]") {
+  {
+    Env e{{"PURLIN_ZERO_STAGING_CTAS", "64"}, {"PURLIN_EXCHANGE_CHANNELS", "1"}, {"PURLIN_SLOTS", "64"},
+          {"PURLIN_EXCHANGE_POLL_NS", "0"}};
+    const purlin::Config c = purlin::read_environment();
+    CHECK(c.zero_staging_ctas == 64);
+    CHECK(c.exchange_channels == 1);
+    CHECK(c.slots == 64);
+    CHECK(c.exchange_poll_ns == 0);
+  }
+  {
+    // A zero-staging call has at most 64 CTAs per rank (its barrier words), as the exchange has.
+    Env e{{"PURLIN_ZERO_STAGING_CTAS", "65"}, {"PURLIN_EXCHANGE_CHANNELS", "128"}, {"PURLIN_SLOTS", "0"},
+          {"PURLIN_CHANNELS", "-3"}, {"PURLIN_EXCHANGE_POLL_NS", "100001"}};
+    const purlin::Config c = purlin::read_environment();
+    CHECK(c.zero_staging_ctas == 0);
+    CHECK(c.exchange_channels == 0);
+    CHECK(c.slots == 0);
+    CHECK(c.channels == 0);
+    CHECK(c.exchange_poll_ns == -1);
+  }
+}
+
+TEST_CASE("PURLIN_DATAPATH names a datapath that exists or init is refused", "[core][config]") {
+  for (const char* ok : {"sm", "host", "auto"}) {
+    Env e{{"PURLIN_DATAPATH", ok}};
+    CHECK(purlin::read_environment().datapath_refused.empty());
+  }
+  {
+    Env e{{"PURLIN_DATAPATH", "host"}};
+    CHECK(purlin::read_environment().datapath == purlin::DatapathChoice::host);
+  }
+  for (const char* bad : {"ce", "nvls", "SM", "gpu"}) {
+    Env e{{"PURLIN_DATAPATH", bad}};
+    const std::string why = purlin::read_environment().datapath_refused;
+    CHECK(why.find(bad) != std::string::npos);
+    CHECK(why.find("sm, host, auto") != std::string::npos);
+  }
+}
+
+TEST_CASE("bounds take byte sizes, and none or 0 turns them off", "[core][config]") {
+  {
+    Env e{{"PURLIN_ZERO_STAGING_MIN_BYTES", "64K"}, {"PURLIN_CE_MIN_BYTES", "2M"}, {"PURLIN_DIRECT_MAX_BYTES", "1G"}};
+    const purlin::Config c = purlin::read_environment();
+    CHECK(c.zero_staging_min_bytes == 65536);
+    CHECK_FALSE(c.zero_staging_disabled);
+    CHECK(c.ce_min_bytes == (2u << 20));
+    CHECK(c.direct_max_bytes == (1ull << 30));
+  }
+  {
+    Env e{{"PURLIN_ZERO_STAGING_MIN_BYTES", "none"}, {"PURLIN_CE_MIN_BYTES", "0"}, {"PURLIN_LATENCY_MAX_BYTES", "none"}};
+    const purlin::Config c = purlin::read_environment();
+    CHECK(c.zero_staging_disabled);
+    CHECK(c.zero_staging_min_bytes == 0);
+    CHECK(c.ce_disabled);
+    CHECK(c.latency_disabled);
+  }
+  {
+    Env e{{"PURLIN_ZERO_STAGING_MIN_BYTES", "lots"}, {"PURLIN_CHUNK_BYTES", "12Q"}};
+    const purlin::Config c = purlin::read_environment();
+    CHECK(c.zero_staging_min_bytes == 0);
+    CHECK_FALSE(c.zero_staging_disabled);
+    CHECK(c.chunk_bytes == 0);
+  }
+}
+
+TEST_CASE("timeouts are positive seconds or keep their defaults", "[core][config]") {
+  {
+    Env e{{"PURLIN_TIMEOUT", "2.5"}, {"PURLIN_BOOTSTRAP_TIMEOUT", "7"}};
+    const purlin::Config c = purlin::read_environment();
+    CHECK(c.timeout_s == 2.5);
+    CHECK(c.bootstrap_timeout_s == 7.0);
+  }
+  {
+    Env e{{"PURLIN_TIMEOUT", "-1"}, {"PURLIN_BOOTSTRAP_TIMEOUT", "soon"}};
+    const purlin::Config c = purlin::read_environment();
+    CHECK(c.timeout_s == 300.0);
+    CHECK(c.bootstrap_timeout_s == 120.0);
+  }
+}

@@ -1,6 +1,7 @@
 // The environment as core/config.cc reads it: counts outside their range and unknown datapaths are
 // refused, `none` and 0 turn a bound off, byte sizes take K/M/G, bad seconds keep the default.
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>

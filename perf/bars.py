@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""The bandwidth bars of nccl-compare runs, one row per run, rank count and collective.
+
+Reads nccl-compare's JSON reports (`--json`, or the `compare.json` its `--out` folder holds) and
+prints a Markdown table of, per collective:
+
+  geomean    ours / reference time, geometric mean over the sizes from --min (default 1 MiB) on
+  256M, 1G   the share of the same-run device copy (read + written per second) that ours reaches on
+             the collective's minimal bytes at 256 MiB and 1 GiB (as nccl-compare's last column)
+  wrong      wrong values nccl-tests counted in our rows, out of place and in place
+
+and, with --check, whether each row holds the bars given: every share at least --roofline (only
+for rank counts from --roofline-ranks on), every geometric mean at most --geomean (only for runs
+from a graph). A report with no reference (`--only-ours`) has no geometric mean.
+
+Usage:
+  bars.py REPORT.json [...] [--min 1M] [--check] [--roofline 0.85] [--roofline-ranks 4] [--geomean 0.9]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+
+
+def minimal_bytes(coll: str, size: int, n: int) -> float:
+    """Bytes every rank must read and write at least, summed over ranks, for nccl-tests' size."""
+    table = {
+        "all_reduce": 2 * n * size,
+        "all_gather": n * (size / n + size),
+        "reduce_scatter": n * (size + size / n),
+        "alltoall": 2 * n * size,
+        "alltoallv": 2 * n * size,
+        "broadcast": size + n * size,
+        "reduce": n * size + size,
+        "gather": 2 * size,
+        "scatter": 2 * size,
+        "sendrecv": 2 * n * size,
+    }
+    if coll not in table:
+        raise KeyError(f"no minimal bytes for {coll}")
+    return table[coll]
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"(\d+)([KMG]?)", text.upper())
+    if not m:
+        raise argparse.ArgumentTypeError(f"bad size {text!r}")
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)]
+
+
+def share(coll: str, row: dict, n: int, roof_tbps: float) -> float:
+    t = row.get("time_us")
+    if not t or not roof_tbps or math.isnan(t):
+        return math.nan
+    return minimal_bytes(coll, row["size"], n) / (t * 1e-6) / 1e12 / roof_tbps
+
+
+def rows_of(report: dict, path: str, least: int) -> list[dict]:
+    args = report.get("args", {})
+    mode = "graph" if args.get("graph") else "eager"
+    iters = args.get("iters", "")
+    nt = args.get("nt_args") or ""
+    m = re.search(r"-R\s*(\d)", nt)
+    reg = m.group(1) if m else "0"
+    roof = report.get("roofline_tbps") or math.nan
+    out = []
+    for r in report["results"]:
+        coll, n = r["collective"], int(r["ranks"])
+        ours = {x["size"]: x for x in r["ours"]["rows"]}
+        ref = {x["size"]: x for x in ((r.get("ref") or {}).get("rows") or [])}
+        ratios = [o["time_us"] / ref[s]["time_us"] for s, o in ours.items()
+                  if s >= least and s in ref and ref[s].get("time_us") and o.get("time_us")]
+        geo = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else math.nan
+        wrong = sum(int(o.get("wrong") or 0) for o in ours.values())
+        out.append({"report": path, "ranks": n, "mode": mode, "iters": iters, "registered": reg, "collective": coll,
+                    "geomean": geo, "sizes": len(ratios),
+                    "roof_256m": share(coll, ours[256 << 20], n, roof) if (256 << 20) in ours else math.nan,
+                    "roof_1g": share(coll, ours[1 << 30], n, roof) if (1 << 30) in ours else math.nan,
+                    "wrong": wrong})
+    return out
+
+
+def verdict(row: dict, roofline: float, roofline_ranks: int, geomean: float) -> str:
+    misses = []
+    if row["ranks"] >= roofline_ranks:
+        for key, label in (("roof_256m", "256M"), ("roof_1g", "1G")):
+            v = row[key]
+            if not math.isnan(v) and v < roofline:
+                misses.append(f"{label} {v:.3f} < {roofline:.2f}")
+    if row["mode"] == "graph" and not math.isnan(row["geomean"]) and row["geomean"] > geomean:
+        misses.append(f"geomean {row['geomean']:.3f} > {geomean:.2f}")
+    if row["wrong"]:
+        misses.append(f"{row['wrong']} wrong")
+    return "holds" if not misses else "misses: " + ", ".join(misses)
+
+
+def fmt(v: float) -> str:
+    return "-" if math.isnan(v) else f"{v:.2f}"
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("reports", nargs="+")
+    ap.add_argument("--min", type=parse_size, default=1 << 20, help="smallest size of the geometric mean")
+    ap.add_argument("--check", action="store_true", help="add whether each row holds the bars")
+    ap.add_argument("--roofline", type=float, default=0.85)
+    ap.add_argument("--roofline-ranks", type=int, default=4)
+    ap.add_argument("--geomean", type=float, default=0.9)
+    args = ap.parse_args(argv)
+    rows = []
+    for path in args.reports:
+        with open(path) as f:
+            rows += rows_of(json.load(f), path, args.min)
+    head = ["ranks", "mode", "iterations", "-R", "collective", "geomean ours / ref", "roofline 256M", "roofline 1G", "wrong"]
+    if args.check:
+        head.append("bars")
+    print("| " + " | ".join(head) + " |")
+    print("|" + " --- |" * len(head))
+    for r in rows:
+        cells = [str(r["ranks"]), r["mode"], str(r["iters"]), r["registered"], r["collective"], fmt(r["geomean"]),
+                 fmt(r["roof_256m"]), fmt(r["roof_1g"]), str(r["wrong"])]
+        if args.check:
+            cells.append(verdict(r, args.roofline, args.roofline_ranks, args.geomean))
+        print("| " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

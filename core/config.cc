@@ -87,7 +87,7 @@ Config read_config() {
   c.socket_ifname = env("NCCL_SOCKET_IFNAME");
   c.nvls_disabled = env("NCCL_NVLS_ENABLE") == "0";
   c.check_pointers = env("NCCL_CHECK_POINTERS") == "1";
-  c.nvls_requested = env("PURLIN_NVLS") == "1";
+  c.nvls_requested = env("PURLIN_NVLS") == "1" && !c.nvls_disabled;  // NCCL_NVLS_ENABLE=0 is a hard off
 
   std::string dp = env("PURLIN_DATAPATH");
   if (dp == "sm") c.datapath = DatapathChoice::sm;

@@ -11,7 +11,9 @@ prints a Markdown table of, per collective:
 
 and, with --check, whether each row holds the bars given: every share at least --roofline (only
 for rank counts from --roofline-ranks on), every geometric mean at most --geomean (only for runs
-from a graph). A report with no reference (`--only-ours`) has no geometric mean.
+from a graph), no wrong value, and our run complete (exit status 0, rows at 256 MiB and 1 GiB where
+the report's sizes reach them). A report with no reference (`--only-ours`) has no geometric mean.
+With --check the exit status is 1 when any row misses a bar.
 
 Usage:
   bars.py REPORT.json [...] [--min 1M] [--check] [--roofline 0.85] [--roofline-ranks 4] [--geomean 0.9]
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 
@@ -53,9 +56,22 @@ def parse_size(text: str) -> int:
 
 def share(coll: str, row: dict, n: int, roof_tbps: float) -> float:
     t = row.get("time_us")
-    if not t or not roof_tbps or math.isnan(t):
+    if not t or not roof_tbps or math.isnan(t) or math.isnan(roof_tbps):
         return math.nan
     return minimal_bytes(coll, row["size"], n) / (t * 1e-6) / 1e12 / roof_tbps
+
+
+def key(row: dict) -> tuple:
+    """A row as nccl-compare matches ours with the reference's."""
+    return (row.get("type"), row.get("op"), row.get("root"), row["size"])
+
+
+def name_of(path: str) -> str:
+    """The run's name: its folder for a compare.json, else the file's name without .json."""
+    base = os.path.basename(path)
+    if base == "compare.json":
+        return os.path.basename(os.path.dirname(os.path.abspath(path)))
+    return base[:-5] if base.endswith(".json") else base
 
 
 def rows_of(report: dict, path: str, least: int) -> list[dict]:
@@ -66,25 +82,36 @@ def rows_of(report: dict, path: str, least: int) -> list[dict]:
     m = re.search(r"-R\s*(\d)", nt)
     reg = m.group(1) if m else "0"
     roof = report.get("roofline_tbps") or math.nan
+    top = args.get("max") or 0
     out = []
     for r in report["results"]:
         coll, n = r["collective"], int(r["ranks"])
-        ours = {x["size"]: x for x in r["ours"]["rows"]}
-        ref = {x["size"]: x for x in ((r.get("ref") or {}).get("rows") or [])}
-        ratios = [o["time_us"] / ref[s]["time_us"] for s, o in ours.items()
-                  if s >= least and s in ref and ref[s].get("time_us") and o.get("time_us")]
+        ours = {key(x): x for x in (r["ours"].get("rows") or [])}
+        ref = {key(x): x for x in ((r.get("ref") or {}).get("rows") or [])}
+        ratios = [o["time_us"] / ref[k]["time_us"] for k, o in ours.items()
+                  if k[3] >= least and k in ref and ref[k].get("time_us") and o.get("time_us")]
         geo = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else math.nan
         wrong = sum(int(o.get("wrong") or 0) for o in ours.values())
-        out.append({"report": path, "ranks": n, "mode": mode, "iters": iters, "registered": reg, "collective": coll,
-                    "geomean": geo, "sizes": len(ratios),
-                    "roof_256m": share(coll, ours[256 << 20], n, roof) if (256 << 20) in ours else math.nan,
-                    "roof_1g": share(coll, ours[1 << 30], n, roof) if (1 << 30) in ours else math.nan,
-                    "wrong": wrong})
+        # The lowest share among the rows of a size (several types, ops or roots).
+        shares = {}
+        for k, o in ours.items():
+            v, before = share(coll, o, n, roof), shares.get(k[3])
+            shares[k[3]] = v if before is None or math.isnan(v) or math.isnan(before) else min(before, v)
+        problems = []
+        if r["ours"].get("rc", 0) != 0:
+            problems.append(f"our run exited {r['ours']['rc']}")
+        for size, label in ((256 << 20, "256M"), (1 << 30, "1G")):
+            if least <= size <= top and math.isnan(shares.get(size, math.nan)):
+                problems.append(f"no {label} time")
+        out.append({"report": name_of(path), "ranks": n, "mode": mode, "iters": iters, "registered": reg,
+                    "collective": coll, "geomean": geo, "sizes": len(ratios),
+                    "roof_256m": shares.get(256 << 20, math.nan), "roof_1g": shares.get(1 << 30, math.nan),
+                    "wrong": wrong, "problems": problems})
     return out
 
 
 def verdict(row: dict, roofline: float, roofline_ranks: int, geomean: float) -> str:
-    misses = []
+    misses = list(row["problems"])
     if row["ranks"] >= roofline_ranks:
         for key, label in (("roof_256m", "256M"), ("roof_1g", "1G")):
             v = row[key]
@@ -114,18 +141,21 @@ def main(argv: list[str]) -> int:
     for path in args.reports:
         with open(path) as f:
             rows += rows_of(json.load(f), path, args.min)
-    head = ["ranks", "mode", "iterations", "-R", "collective", "geomean ours / ref", "roofline 256M", "roofline 1G", "wrong"]
+    head = ["run", "ranks", "mode", "iterations", "-R", "collective", "geomean ours / ref", "roofline 256M", "roofline 1G", "wrong"]
     if args.check:
         head.append("bars")
     print("| " + " | ".join(head) + " |")
     print("|" + " --- |" * len(head))
+    missed = 0
     for r in rows:
-        cells = [str(r["ranks"]), r["mode"], str(r["iters"]), r["registered"], r["collective"], fmt(r["geomean"]),
+        cells = [r["report"], str(r["ranks"]), r["mode"], str(r["iters"]), r["registered"], r["collective"], fmt(r["geomean"]),
                  fmt(r["roof_256m"]), fmt(r["roof_1g"]), str(r["wrong"])]
         if args.check:
-            cells.append(verdict(r, args.roofline, args.roofline_ranks, args.geomean))
+            v = verdict(r, args.roofline, args.roofline_ranks, args.geomean)
+            missed += v != "holds"
+            cells.append(v)
         print("| " + " | ".join(cells) + " |")
-    return 0
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

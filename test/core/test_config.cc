@@ -2,6 +2,7 @@
 // refused, `none` and 0 turn a bound off, byte sizes take K/M/G, bad seconds keep the default.
 #include <cstdlib>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,23 +12,28 @@
 
 namespace {
 
-// Sets variables for one scope and unsets them after it (none of them is set by the test harness).
+// Sets variables (a null value unsets one) for one scope and puts back what was there after it.
 class Env {
  public:
   Env(std::initializer_list<std::pair<const char*, const char*>> vars) {
     for (const auto& [name, value] : vars) {
-      ::setenv(name, value, 1);
-      names_.push_back(name);
+      const char* before = std::getenv(name);
+      saved_.push_back({name, before ? std::optional<std::string>(before) : std::nullopt});
+      if (value) ::setenv(name, value, 1);
+      else ::unsetenv(name);
     }
   }
   ~Env() {
-    for (const char* name : names_) ::unsetenv(name);
+    for (const auto& [name, before] : saved_) {
+      if (before) ::setenv(name, before->c_str(), 1);
+      else ::unsetenv(name);
+    }
   }
   Env(const Env&) = delete;
   Env& operator=(const Env&) = delete;
 
  private:
-  std::vector<const char*> names_;
+  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
 };
 
 }  // namespace
@@ -44,7 +50,7 @@ TEST_CASE("counts are taken within their range and ignored outside it", "[core][
   }
   {
     // A zero-staging call has at most 64 CTAs per rank (its barrier words), as the exchange has.
-    Env e{{"PURLIN_ZERO_STAGING_CTAS", "65"}, {"PURLIN_EXCHANGE_CHANNELS", "128"}, {"PURLIN_SLOTS", "0"},
+    Env e{{"PURLIN_ZERO_STAGING_CTAS", "65"}, {"PURLIN_EXCHANGE_CHANNELS", "128"}, {"PURLIN_SLOTS", "65"},
           {"PURLIN_CHANNELS", "-3"}, {"PURLIN_EXCHANGE_POLL_NS", "100001"}};
     const purlin::Config c = purlin::read_environment();
     CHECK(c.zero_staging_ctas == 0);
@@ -110,5 +116,18 @@ TEST_CASE("timeouts are positive seconds or keep their defaults", "[core][config
     const purlin::Config c = purlin::read_environment();
     CHECK(c.timeout_s == 300.0);
     CHECK(c.bootstrap_timeout_s == 120.0);
+  }
+}
+
+TEST_CASE("PURLIN_NVLS=1 never overrides NCCL_NVLS_ENABLE=0", "[core][config]") {
+  {
+    Env e{{"PURLIN_NVLS", "1"}, {"NCCL_NVLS_ENABLE", nullptr}};
+    CHECK(purlin::read_environment().nvls_requested);
+  }
+  {
+    Env e{{"PURLIN_NVLS", "1"}, {"NCCL_NVLS_ENABLE", "0"}};
+    const purlin::Config c = purlin::read_environment();
+    CHECK(c.nvls_disabled);
+    CHECK_FALSE(c.nvls_requested);
   }
 }

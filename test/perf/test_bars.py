@@ -4,9 +4,10 @@
 1. For nccl-compare reports kept under perf/results, every roofline share bars.py computes at
    256 MiB and 1 GiB equals the last column of the compare.md nccl-compare wrote beside the JSON
    (to its two decimals), and every geometric mean equals that file's "geomean >= 1 MiB" column.
-2. On reports made up here: a share under the bar, a geometric mean over it from a graph and
-   wrong values are each reported as misses; the same geometric mean eager, and a share under the
-   bar with fewer ranks than --roofline-ranks, are not.
+2. On reports made up here: a share under the bar, a geometric mean over it from a graph, wrong
+   values, our run's failure and a missing 1 GiB row are each reported as misses (exit status 1);
+   the same geometric mean eager, and a share under the bar with fewer ranks than
+   --roofline-ranks, are not (exit status 0).
 
 Usage: test_bars.py BARS_PY RESULTS_DIR
 """
@@ -74,13 +75,17 @@ def check_printed(bars, results):
     return failures
 
 
-def report(graph, ranks, coll, times, ref_times, wrong=0, roof=3.0):
-    """A made-up nccl-compare report: one collective, sizes 1 MiB, 256 MiB and 1 GiB."""
+def report(graph, ranks, coll, times, ref_times, wrong=0, roof=3.0, rc=0):
+    """A made-up nccl-compare report: one collective, sizes 1 MiB, 256 MiB and 1 GiB (fewer when
+    `times` is shorter: our run stopped early)."""
     sizes = [1 << 20, 256 << 20, 1 << 30]
-    ours = [{"size": s, "time_us": t, "wrong": wrong} for s, t in zip(sizes, times)]
-    ref = [{"size": s, "time_us": t, "wrong": 0} for s, t in zip(sizes, ref_times)]
-    return {"roofline_tbps": roof, "args": {"graph": 20 if graph else 0, "iters": 20, "nt_args": "-R 1"},
-            "results": [{"ranks": ranks, "collective": coll, "ours": {"rows": ours}, "ref": {"rows": ref}}]}
+    row = {"type": "bfloat16", "op": "sum", "root": -1}
+    ours = [dict(row, size=s, time_us=t, wrong=wrong) for s, t in zip(sizes, times)]
+    ref = [dict(row, size=s, time_us=t, wrong=0) for s, t in zip(sizes, ref_times)]
+    return {"roofline_tbps": roof, "args": {"graph": 20 if graph else 0, "iters": 20, "nt_args": "-R 1",
+                                            "max": 1 << 30},
+            "results": [{"ranks": ranks, "collective": coll, "ours": {"rows": ours, "rc": rc},
+                         "ref": {"rows": ref, "rc": 0}}]}
 
 
 def at_share(coll, size, ranks, share, roof=3.0):
@@ -106,6 +111,9 @@ def check_verdicts(bars):
                                       [20, 2000, 8000]), "holds"),
         ("wrong values", report(True, 8, "alltoall", [10, at_share("alltoall", m, 8, 0.9), at_share("alltoall", g, 8, 0.9)],
                                 [20, 2000, 8000], wrong=3), "9 wrong"),
+        ("our run failed", report(True, 8, "all_reduce", [], [20, 2000, 8000], rc=3), "our run exited 3"),
+        ("no 1 GiB row", report(True, 8, "all_reduce", [10, at_share("all_reduce", m, 8, 0.9)], [20, 2000, 8000]),
+         "no 1G time"),
     ]
     with tempfile.TemporaryDirectory() as tmp:
         for what, rep, want in cases:
@@ -114,7 +122,10 @@ def check_verdicts(bars):
                 json.dump(rep, f)
             out = io.StringIO()
             with redirect_stdout(out):
-                bars.main([path, "--check"])
+                rc = bars.main([path, "--check"])
+            if rc != (0 if want == "holds" else 1):
+                print(f"FAIL {what}: exit status {rc}")
+                failures += 1
             last = out.getvalue().strip().splitlines()[-1]
             verdict = last.strip().strip("|").split("|")[-1].strip()
             ok = verdict == "holds" if want == "holds" else (verdict.startswith("misses") and want in verdict)

@@ -104,7 +104,7 @@ def rows_of(report: dict, path: str, least: int) -> list[dict]:
             if least <= size <= top and math.isnan(shares.get(size, math.nan)):
                 problems.append(f"no {label} time")
         out.append({"report": name_of(path), "ranks": n, "mode": mode, "iters": iters, "registered": reg,
-                    "collective": coll, "geomean": geo, "sizes": len(ratios),
+                    "collective": coll, "geomean": geo,
                     "roof_256m": shares.get(256 << 20, math.nan), "roof_1g": shares.get(1 << 30, math.nan),
                     "wrong": wrong, "problems": problems})
     return out
@@ -113,8 +113,8 @@ def rows_of(report: dict, path: str, least: int) -> list[dict]:
 def verdict(row: dict, roofline: float, roofline_ranks: int, geomean: float) -> str:
     misses = list(row["problems"])
     if row["ranks"] >= roofline_ranks:
-        for key, label in (("roof_256m", "256M"), ("roof_1g", "1G")):
-            v = row[key]
+        for field, label in (("roof_256m", "256M"), ("roof_1g", "1G")):
+            v = row[field]
             if not math.isnan(v) and v < roofline:
                 misses.append(f"{label} {v:.3f} < {roofline:.2f}")
     if row["mode"] == "graph" and not math.isnan(row["geomean"]) and row["geomean"] > geomean:

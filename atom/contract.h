@@ -3,10 +3,11 @@
 // points assert them for the Atom they are instantiated with.
 //
 // Capabilities and their memory ordering:
-//  - AtomCopies: copy (plain stores), contribute (copy of this rank's contribution to a reduction,
-//    with the reduction's producer step: PreMulSum scales by this rank's scalar), reduce (the
-//    consumer's fold of n sources in rank order). None orders anything by itself: a later signal
-//    publishes what they wrote.
+//  - AtomCopies: copy (plain stores), copy_pair (two copies in one pass, every element of both
+//    sources read before either destination's is written: two blocks swapped in place), contribute
+//    (copy of this rank's contribution to a reduction, with the reduction's producer step:
+//    PreMulSum scales by this rank's scalar), reduce (the consumer's fold of n sources in rank
+//    order). None orders anything by itself: a later signal publishes what they wrote.
 //  - AtomFlags: signal (release store of a flag word into a peer's window: everything written before
 //    is visible to whoever acquires the value), put (a write to the rank's own protocol state, one
 //    writer, visible to every thread of the role), store_relaxed / load_relaxed (words whose ordering
@@ -68,6 +69,7 @@ struct Recv {
 template <class A>
 concept AtomCopies = requires(A& a, void* dst, const void* src, std::size_t bytes, const char* const* srcs) {
   a.copy(dst, src, bytes);
+  a.copy_pair(dst, src, dst, src, bytes);
   a.contribute(dst, src, bytes);
   a.reduce(dst, srcs, 1, bytes);
 };

@@ -43,6 +43,20 @@ class HostAtom {
     if (dst != src && bytes) std::memmove(dst, src, bytes);
   }
 
+  // dst0 = src0 and dst1 = src1, each byte of both sources read before either destination's is
+  // written, so dst0 may be src1 and dst1 src0 exactly (two blocks swapped in place).
+  void copy_pair(void* dst0, const void* src0, void* dst1, const void* src1, std::size_t bytes) const {
+    char* d0 = static_cast<char*>(dst0);
+    char* d1 = static_cast<char*>(dst1);
+    const char* s0 = static_cast<const char*>(src0);
+    const char* s1 = static_cast<const char*>(src1);
+    for (std::size_t i = 0; i < bytes; ++i) {
+      const char x = s0[i], y = s1[i];
+      d0[i] = x;
+      d1[i] = y;
+    }
+  }
+
   // copy for this rank's contribution to a reduction: PreMulSum writes each element times this
   // rank's scalar, rounded to the element type (scale_host); any other operator copies. Plain
   // stores, as copy: a later signal (release) publishes them. dst may be src exactly.

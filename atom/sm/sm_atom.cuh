@@ -413,6 +413,51 @@ class SmAtom {
     __syncthreads();
   }
 
+  // dst0 = src0 and dst1 = src1 over `bytes`, in one pass: each thread loads its element (or
+  // vector) of both sources before it stores either, so dst0 may be src1 and dst1 src0 exactly (two
+  // blocks swapped in place: in-place AlltoAll's pairs). Vectorised in tiles of 4 vectors per
+  // source when the four pointers share 16-byte alignment; byte by byte otherwise.
+  __device__ void copy_pair(void* dst0, const void* src0, void* dst1, const void* src1, std::size_t bytes) const {
+    char* d[2] = {static_cast<char*>(dst0), static_cast<char*>(dst1)};
+    const char* s[2] = {static_cast<const char*>(src0), static_cast<const char*>(src1)};
+    const std::size_t tid = threadIdx.x, stride = blockDim.x;
+    const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(d[0]);
+    const std::uintptr_t apart = (a ^ reinterpret_cast<std::uintptr_t>(d[1])) | (a ^ reinterpret_cast<std::uintptr_t>(s[0])) |
+                                 (a ^ reinterpret_cast<std::uintptr_t>(s[1]));
+    std::size_t head = bytes, vecs = 0;
+    if ((apart & 15) == 0) {
+      head = (16 - (a & 15)) & 15;
+      if (head > bytes) head = bytes;
+      vecs = (bytes - head) / 16;
+    }
+    const auto bytes_at = [&](std::size_t from, std::size_t to) {
+      for (std::size_t i = from + tid; i < to; i += stride) {
+        const char x = s[0][i], y = s[1][i];
+        d[0][i] = x;
+        d[1][i] = y;
+      }
+    };
+    bytes_at(0, head);
+    if (vecs) {
+      const uint4* vs[2] = {reinterpret_cast<const uint4*>(s[0] + head), reinterpret_cast<const uint4*>(s[1] + head)};
+      uint4* vd[2] = {reinterpret_cast<uint4*>(d[0] + head), reinterpret_cast<uint4*>(d[1] + head)};
+      constexpr int U = 4;
+      for (std::size_t base = 0; base < vecs; base += U * stride) {
+        uint4 w[2][U];
+        load_tile<2, U, true>(w, vs, base, vecs);
+#pragma unroll
+        for (int k = 0; k < 2; ++k)
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            const std::size_t i = base + u * stride + tid;
+            if (i < vecs) vd[k][i] = w[k][u];
+          }
+      }
+    }
+    bytes_at(head + vecs * 16, bytes);
+    __syncthreads();
+  }
+
   // copy for this rank's contribution to a reduction: PreMulSum writes each element times this
   // rank's scalar, rounded to the element type; any other operator copies. Ends with a CTA
   // barrier, as copy; a later signal (release) publishes the data.

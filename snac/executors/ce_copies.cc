@@ -7,6 +7,7 @@ namespace purlin::snac {
 
 Status run_ce_copies(ZeroStagingArgs a, cudaStream_t stream) {
   if (!zero_staging_copies_only(a.kind)) return fail(Status::internal_error, "the copy engines only copy: no reduction on them");
+  if (a.pairs) return fail(Status::internal_error, "the copy engines only copy: no AlltoAll in pairs on them");
   a.ctas = 1;
   a.phase = ZeroStagingPhase::arrive;
   PURLIN_TRY(cuda::check(launch_zero_staging(a, stream), "launching the copy engines' arrival barrier"));

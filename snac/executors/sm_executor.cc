@@ -758,11 +758,13 @@ class SmExecutor final : public Executor {
       mine.out = op.out.front().ptr;
       mine.out_bytes = out_total;
     }
+    // AlltoAll's input and output are one buffer (moved in pairs) or apart.
     mine.overlap_ok = kind != ZeroStagingKind::all_to_all;
     bool go = false;
     if (captured) PURLIN_TRY(peers_->share(mine, graph, &go, a.in, a.out));
     else PURLIN_TRY(peers_->share_eager(mine, call, &go, a.in, a.out));
     if (!go) return Status::ok;
+    a.pairs = kind == ZeroStagingKind::all_to_all && zero_staging_in_pairs(a.in, a.out, n);
     last_stream_used_ = true;
     last_local_.store(false, std::memory_order_relaxed);
     last_exchange_.store(false, std::memory_order_relaxed);
@@ -780,10 +782,11 @@ class SmExecutor final : public Executor {
       case ZeroStagingKind::scatter: ce_from = policy_.ce_gather_scatter_min_bytes; break;
       default: break;
     }
-    const bool ce = ce_from && size >= ce_from;
+    const bool ce = ce_from && size >= ce_from && !a.pairs;
     last_ce_.store(ce, std::memory_order_relaxed);
-    log::info(log::kColl, "zero-staging: rank {} {} of {} B {} in place, {}", xargs_.rank, name_of(op.kind), size,
-              captured ? "captured" : "eager", ce ? std::string("on the copy engines") : fmt::format("{} CTAs", a.ctas));
+    log::info(log::kColl, "zero-staging: rank {} {} of {} B {} in place{}, {}", xargs_.rank, name_of(op.kind), size,
+              captured ? "captured" : "eager", a.pairs ? " in pairs" : "",
+              ce ? std::string("on the copy engines") : fmt::format("{} CTAs", a.ctas));
     if (ce) PURLIN_TRY(run_ce_copies(a, stream));
     else PURLIN_TRY(launch_zero_staging_captured(a, captured, stream));
     return captured ? Status::ok : peers_->launched(stream);

@@ -148,7 +148,8 @@ Status PeerBuffers::describe_call(const Mine& mine, Offer* my) {
   }
   const std::uint64_t in0 = my->side[0].ptr, out0 = my->side[1].ptr;
   const bool overlap = mine.in && mine.out && in0 < out0 + mine.out_bytes && out0 < in0 + mine.in_bytes;
-  my->ok = ok && (mine.overlap_ok || !overlap);
+  const bool same = mine.in == mine.out && mine.in_bytes == mine.out_bytes;
+  my->ok = ok && (mine.overlap_ok || !overlap || same);
   return Status::ok;
 }
 

@@ -55,7 +55,8 @@ class PeerBuffers {
     std::uint64_t in_bytes = 0;  // the input's extent from `in`
     char* out = nullptr;
     std::uint64_t out_bytes = 0;
-    bool overlap_ok = true;      // whether input and output may overlap (AllToAll: not at all)
+    // Whether input and output may overlap anyhow, or (AlltoAll) only be one buffer exactly.
+    bool overlap_ok = true;
   };
 
   // Collective over the communicator, for a call captured into `graph`: true in *go when every

@@ -46,6 +46,7 @@ struct ZeroStagingArgs {
   // (griddepcontrol.launch_dependents): every peer's CTA has then signalled it, so none of them needs
   // a multiprocessor that the next kernel's early CTAs could take.
   bool release = false;
+  bool pairs = false;              // AlltoAll in pairs (ZeroStagingCall::pairs)
   const Window* win = nullptr;     // [nranks] channel-0 windows: the peers' fault words
   const char* in[kMaxRanks];
   char* out[kMaxRanks];
@@ -67,6 +68,7 @@ PURLIN_HD ZeroStagingCall zero_staging_view(const ZeroStagingArgs& a, std::uint6
   z.words = a.words;
   z.call = call;
   z.tag = a.tag;
+  z.pairs = a.pairs;
   return z;
 }
 

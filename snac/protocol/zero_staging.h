@@ -3,6 +3,12 @@
 // read once and every output written once (AllReduce: the rank's shard of every input is folded in
 // rank order and the shard of the result written into every output).
 //
+// AlltoAll whose input and output are one buffer on some rank moves in pairs: the two blocks that
+// ranks p and q send each other (p's block q and q's block p) are taken by both ends, each half of
+// them, each of its elements read from both inputs before it is stored into both outputs, so a
+// block is overwritten only once what it held is in registers, and every byte still goes through
+// memory once. The copy engines cannot swap, so such a call stays on the SMs.
+//
 // Rooted collectives split the work alike over all ranks: Broadcast as AllGather from the root's
 // input (rank k pushes shard k of it into every output), Reduce as AllReduce whose result goes to
 // the root only, Gather and Scatter as one copy per rank into or out of the root's buffer. A rank's
@@ -74,7 +80,18 @@ struct ZeroStagingCall {
   std::uint64_t* const* words = nullptr;  // [nranks]: every rank's barrier words as mapped here
   std::uint64_t call = 1;               // this CTA's call number, from 1
   std::uint64_t tag = 0;                // what every rank's call agrees on (atom/packet.h)
+  // AlltoAll: every pair of blocks moved by both its ends, a half each (some rank runs in place;
+  // alike on every rank: zero_staging_in_pairs).
+  bool pairs = false;
 };
+
+// Whether an AlltoAll must move in pairs: some rank's input is its output (as mapped here, which
+// keeps that: a rank's two sides in one allocation are mapped once). Alike on every rank.
+PURLIN_HD bool zero_staging_in_pairs(const char* const* in, char* const* out, int nranks) {
+  for (int p = 0; p < nranks; ++p)
+    if (in[p] && in[p] == out[p]) return true;
+  return false;
+}
 
 // Shard k of n of a buffer of `bytes` (uniform_split's cut, as offset and length in bytes).
 PURLIN_HD void zero_staging_shard(const ZeroStagingCall& z, int k, std::uint64_t* off, std::uint64_t* len) {
@@ -130,7 +147,7 @@ concept ZeroStagingFans = requires(const Atom& a, char* const* d, const char* co
 // visit(dst, src, bytes) for each, the peers' outputs in turn from the next rank on and this rank's
 // own last, so that the ranks' copies spread over the destinations. A copy onto itself (in-place
 // buffers) is left out. The copy engines' executor moves these; the SM Atoms move the same bytes in
-// CTA shares (zero_staging_move).
+// CTA shares (zero_staging_move). An AlltoAll in pairs has no such copies: it visits nothing.
 template <class Visit>
 PURLIN_HD void zero_staging_copies(const ZeroStagingCall& z, Visit&& visit) {
   const int n = z.nranks, me = z.rank;
@@ -143,6 +160,7 @@ PURLIN_HD void zero_staging_copies(const ZeroStagingCall& z, Visit&& visit) {
       for (int k = 1; k <= n; ++k) emit(z.out[(me + k) % n] + mine, z.in[me], b);
       return;
     case ZeroStagingKind::all_to_all:
+      if (z.pairs) return;
       for (int k = 1; k <= n; ++k) {
         const int p = (me + k) % n;
         emit(z.out[p] + mine, z.in[me] + static_cast<std::uint64_t>(p) * b, b);
@@ -226,12 +244,28 @@ PURLIN_HD void zero_staging_move(const Atom& atom, const ZeroStagingCall& z, int
       return;
     }
     case ZeroStagingKind::all_to_all: {
-      std::uint64_t off = 0, len = 0;
-      zero_staging_share(b, c, ctas, &off, &len);
       const std::uint64_t block = static_cast<std::uint64_t>(me) * b;
+      if (!z.pairs) {
+        std::uint64_t off = 0, len = 0;
+        zero_staging_share(b, c, ctas, &off, &len);
+        for (int k = 0; k < n; ++k) {
+          const int p = (me + k) % n;
+          if (len) atom.copy(z.out[p] + block + off, z.in[me] + static_cast<std::uint64_t>(p) * b + off, len);
+        }
+        return;
+      }
+      // In pairs: this rank's own block as a copy (nothing where it is in place), then with each
+      // peer p the half of the pair that is this end's (the lower rank the first), both ways at once.
       for (int k = 0; k < n; ++k) {
         const int p = (me + k) % n;
-        if (len) atom.copy(z.out[p] + block + off, z.in[me] + static_cast<std::uint64_t>(p) * b + off, len);
+        const std::uint64_t theirs = static_cast<std::uint64_t>(p) * b;
+        std::uint64_t half = 0, half_len = b, off = 0, len = 0;
+        if (p != me) zero_staging_share(b, me < p ? 0 : 1, 2, &half, &half_len);
+        zero_staging_share(half_len, c, ctas, &off, &len);
+        if (!len) continue;
+        const std::uint64_t at = half + off;
+        if (p == me) atom.copy(z.out[me] + block + at, z.in[me] + block + at, len);
+        else atom.copy_pair(z.out[p] + block + at, z.in[me] + theirs + at, z.out[me] + theirs + at, z.in[p] + block + at, len);
       }
       return;
     }

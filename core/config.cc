@@ -93,7 +93,9 @@ Config read_config() {
   if (dp == "sm") c.datapath = DatapathChoice::sm;
   else if (dp == "host") c.datapath = DatapathChoice::host;
   else if (dp == "ce")
-    c.datapath_refused = "PURLIN_DATAPATH=ce: the copy-engine datapath is not built yet (datapaths: sm, host, auto)";
+    c.datapath_refused =
+        "PURLIN_DATAPATH=ce: the copy engines move calls of the SM datapath, not a communicator of their own "
+        "(datapaths: sm, host, auto)";
   else if (!dp.empty() && dp != "auto")
     c.datapath_refused = fmt::format("PURLIN_DATAPATH={} names no datapath (datapaths: sm, host, auto)", dp);
   if (!c.datapath_refused.empty()) log::warn("{}; communicators fail to initialise", c.datapath_refused);
@@ -138,6 +140,7 @@ Config read_config() {
   count_in("PURLIN_SLOTS", 1, 64, &c.slots);
   count_in("PURLIN_CHANNELS", 1, 64, &c.channels);
   count_in("PURLIN_EXCHANGE_POLL_NS", 0, 100000, &c.exchange_poll_ns);
+  count_in("NCCL_LSA_TEAM_SIZE", 0, 1 << 20, &c.lsa_team_size);
   count_in("PURLIN_EXCHANGE_CHANNELS", 1, 64, &c.exchange_channels);
   count_in("PURLIN_ZERO_STAGING_CTAS", 1, 64, &c.zero_staging_ctas);
   return c;

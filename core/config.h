@@ -42,6 +42,7 @@ struct Config {
   std::string socket_ifname;     // NCCL_SOCKET_IFNAME: interface(s) the bootstrap binds to
   bool nvls_disabled = false;    // NCCL_NVLS_ENABLE=0 is a hard off
   bool check_pointers = false;   // NCCL_CHECK_POINTERS=1: every call asks the driver where its buffers live
+  int lsa_team_size = 0;         // NCCL_LSA_TEAM_SIZE: caps the size of ncclTeamLsa's teams (0: unset)
 
   // Purlin's own.
   DatapathChoice datapath = DatapathChoice::automatic;  // PURLIN_DATAPATH=sm|host|auto

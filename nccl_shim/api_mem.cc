@@ -2,8 +2,8 @@
 // ncclMemAlloc returns a cuMem allocation, as NCCL's does: exportable to other processes as a file
 // descriptor and mapped for every device with peer access to it (cudaMalloc where the driver has no
 // such cuMem, or PURLIN_CUMEM=0). Registrations and windows are recorded and checked at
-// deregistration, and the datapath stages their buffers like any other (zero-staging through them
-// is not built yet). Without a GPU these calls fail with NCCL's codes.
+// deregistration; the datapath treats their buffers like any other (large calls run in place on
+// every buffer it can map, registered or not). Without a GPU these calls fail with NCCL's codes.
 #include <mutex>
 #include <unordered_map>
 

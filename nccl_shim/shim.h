@@ -71,8 +71,8 @@ struct ncclComm {
   }
 
   // Buffers registered with ncclCommRegister / ncclCommWindowRegister (GPU communicators). The
-  // datapath stages them like any buffer for now; registration records them so that deregistration
-  // can be checked.
+  // datapath treats them like any buffer (large calls run in place on every buffer it can map,
+  // registered or not); registration records them so that deregistration can be checked.
   struct Registration {
     ncclComm* comm;
     void* ptr;

@@ -1,5 +1,6 @@
 #include "snac/runtime/hosts.h"
 
+#include <numeric>
 #include <unordered_map>
 
 namespace purlin::snac {
@@ -32,6 +33,20 @@ std::vector<int> HostLayout::rail_of(int rank) const {
   for (const auto& m : members_)
     if (l < static_cast<int>(m.size())) rail.push_back(m[l]);
   return rail;
+}
+
+int HostLayout::lsa_size(int cap) const {
+  int size = cap > 0 ? cap : 0;
+  int run = 0;
+  for (int r = 0; r < nranks(); ++r) {
+    if (r > 0 && host_of_[r] != host_of_[r - 1]) {
+      size = std::gcd(size, run);
+      run = 0;
+    }
+    ++run;
+  }
+  size = std::gcd(size, run);
+  return size > 0 ? size : 1;
 }
 
 }  // namespace purlin::snac

@@ -28,6 +28,10 @@ class HostLayout {
   // The rail of `rank`: the ranks with its local rank, in host order (a rank's index here is its
   // host). Only meaningful when uniform().
   std::vector<int> rail_of(int rank) const;
+  // The size of NCCL's load/store-accessible (LSA) teams: the largest number that divides the length
+  // of every run of consecutive ranks on one host, and `cap` when it is positive. Every team is then
+  // that many consecutive ranks of one host, rank r in team r / size at position r % size.
+  int lsa_size(int cap = 0) const;
 
  private:
   std::vector<int> host_of_;

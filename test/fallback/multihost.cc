@@ -21,8 +21,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "buffers.h"
@@ -32,6 +34,16 @@
 #include "unique_id.h"
 #include "test/common/loopback.h"
 #include "test/common/ranks.h"
+
+// NCCL's team queries (nccl_device/core.h, whose headers need CUDA's), restated.
+struct Team {
+  int nRanks, rank, stride;
+};
+extern "C" Team ncclTeamWorld(ncclComm_t comm);
+extern "C" Team ncclTeamLsa(ncclComm_t comm);
+extern "C" Team ncclTeamRail(ncclComm_t comm);
+extern "C" int ncclTeamRankToWorld(ncclComm_t comm, Team team, int rank);
+extern "C" int ncclTeamRankToLsa(ncclComm_t comm, Team team, int rank);
 
 namespace {
 
@@ -509,6 +521,41 @@ void allreduce_on(Rank& rk, ncclComm_t comm, const std::vector<int>& members, in
   check_journal(sub, Coll::AllReduce, Op::sum, count, sizeof(std::int64_t), 0, rk.journal.take());
 }
 
+// NCCL's teams on a communicator whose rank r is on host host_of[r], `me` being this rank: LSA teams
+// are `size` consecutive ranks of one host, where size is the greatest common divisor of the lengths
+// of the runs of consecutive ranks on one host; a rail is the ranks at one place of every LSA team.
+void teams(Rank& rk, ncclComm_t comm, const std::vector<int>& host_of, int me) {
+  const int n = static_cast<int>(host_of.size());
+  int size = 0, run = 0;
+  for (int r = 0; r < n; ++r) {
+    if (r > 0 && host_of[r] != host_of[r - 1]) size = std::gcd(size, std::exchange(run, 0));
+    ++run;
+  }
+  size = std::gcd(size, run);
+  const auto same = [](Team t, int nranks, int rank, int stride) {
+    return t.nRanks == nranks && t.rank == rank && t.stride == stride;
+  };
+  const auto said = [](Team t) {
+    return "{" + std::to_string(t.nRanks) + ", " + std::to_string(t.rank) + ", " + std::to_string(t.stride) + "}";
+  };
+  const Team world = ncclTeamWorld(comm), lsa = ncclTeamLsa(comm), rail = ncclTeamRail(comm);
+  if (!same(world, n, me, 1)) rk.report.fail("ncclTeamWorld answered " + said(world));
+  if (!same(lsa, size, me % size, 1))
+    rk.report.fail("ncclTeamLsa answered " + said(lsa) + "; expected {" + std::to_string(size) + ", " +
+                   std::to_string(me % size) + ", 1}");
+  if (!same(rail, n / size, me / size, size)) rk.report.fail("ncclTeamRail answered " + said(rail));
+  for (int k = 0; k < lsa.nRanks && lsa.nRanks == size; ++k) {
+    const int w = ncclTeamRankToWorld(comm, lsa, k);
+    if (w != me - me % size + k || w < 0 || w >= n || host_of[w] != host_of[me])
+      rk.report.fail("LSA rank " + std::to_string(k) + " is world rank " + std::to_string(w) + ", not on this host");
+    if (ncclTeamRankToLsa(comm, lsa, k) != k) rk.report.fail("ncclTeamRankToLsa of LSA rank " + std::to_string(k));
+  }
+  for (int k = 0; k < rail.nRanks && rail.nRanks == n / size; ++k)
+    if (ncclTeamRankToWorld(comm, rail, k) != me % size + k * size)
+      rk.report.fail("rail rank " + std::to_string(k) + " is world rank " +
+                     std::to_string(ncclTeamRankToWorld(comm, rail, k)));
+}
+
 // ncclCommSplit of the world in two ways, each child checked with its own layout.
 void splits(Rank& rk, ncclComm_t comm) {
   for (int way = 0; way < 2; ++way) {
@@ -526,6 +573,9 @@ void splits(Rank& rk, ncclComm_t comm) {
           members.push_back(r);
         }
       allreduce_on(rk, child, members, me, label + " AllReduce");
+      std::vector<int> hosts;
+      for (int r : members) hosts.push_back(rk.layout.host_of[r]);
+      teams(rk, child, hosts, me);
       rk.report.expect(ncclCommDestroy(child), "ncclCommDestroy(child)");
     });
   }
@@ -594,6 +644,7 @@ int child(const Scenario& sc, int rank, const std::vector<ncclUniqueId>& ids, co
     Rank rk{sc, Layout(hosts), rank, n, sc.fallback.empty() ? std::string() : sc.fallback[rank],
             sc.lib == Lib::fake_old, Journal{library}, report, slab};
     collectives(rk, comm);
+    run_case(report, "Teams/world", [&] { teams(rk, comm, rk.layout.host_of, rank); });
     run_case(report, "Grouped/two-allreduce-and-ring", [&] { grouped(rk, comm); });
     v_collectives(rk, comm);
     if (n >= 3) splits(rk, comm);

@@ -52,6 +52,24 @@ TEST_CASE("Hosts are numbered by their lowest rank", "[fallback][hosts]") {
   CHECK(HostLayout::from_ids({1, 1, 1}).hosts() == 1);
 }
 
+TEST_CASE("LSA teams are the runs of consecutive ranks on one host, of one size", "[fallback][hosts]") {
+  // One host: the whole communicator; NCCL_LSA_TEAM_SIZE cuts it to a divisor.
+  CHECK(HostLayout::from_ids({4, 4, 4, 4, 4, 4}).lsa_size() == 6);
+  CHECK(HostLayout::from_ids({4, 4, 4, 4, 4, 4}).lsa_size(4) == 2);
+  CHECK(HostLayout::from_ids({4, 4, 4, 4, 4, 4}).lsa_size(3) == 3);
+  CHECK(HostLayout::from_ids({4}).lsa_size() == 1);
+  // Hosts in blocks of two, then of three and six (their greatest common divisor).
+  CHECK(HostLayout::from_ids({1, 1, 2, 2}).lsa_size() == 2);
+  CHECK(HostLayout::from_ids({1, 1, 1, 2, 2, 2, 2, 2, 2}).lsa_size() == 3);
+  CHECK(HostLayout::from_ids({1, 1, 1, 2, 2, 2, 2, 2, 2}).lsa_size(6) == 3);
+  // Interleaved hosts, or blocks of unequal lengths with no common divisor: every rank alone.
+  CHECK(HostLayout::from_ids({1, 2, 1, 2}).lsa_size() == 1);
+  CHECK(HostLayout::from_ids({1, 1, 2}).lsa_size() == 1);
+  // A host that comes back after another counts as a new run.
+  CHECK(HostLayout::from_ids({1, 1, 2, 2, 1, 1}).lsa_size() == 2);
+  CHECK(HostLayout::from_ids({1, 1, 2, 2, 1, 1, 1, 1}).lsa_size() == 2);
+}
+
 namespace {
 
 Op op_of(CollKind kind, RedOpKind red = RedOpKind::sum) {

@@ -1,18 +1,32 @@
 #include "core/config.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "core/log.h"
 
 namespace purlin {
 namespace {
 
+std::mutex g_read_mutex;
+std::vector<EnvVariable>& read_variables() {
+  static auto* v = new std::vector<EnvVariable>();
+  return *v;
+}
+
+// The variable's value ("" when unset); the first reading of each name is kept for env_variables().
 std::string env(const char* name) {
   const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
+  std::string value = v ? std::string(v) : std::string();
+  std::lock_guard<std::mutex> g(g_read_mutex);
+  auto& all = read_variables();
+  if (std::none_of(all.begin(), all.end(), [&](const EnvVariable& e) { return e.name == name; }))
+    all.push_back(EnvVariable{name, value, v != nullptr});
+  return value;
 }
 
 double parse_seconds(const char* name, const std::string& text, double fallback) {
@@ -141,6 +155,11 @@ Config read_config() {
   count_in("PURLIN_CHANNELS", 1, 64, &c.channels);
   count_in("PURLIN_EXCHANGE_POLL_NS", 0, 100000, &c.exchange_poll_ns);
   count_in("NCCL_LSA_TEAM_SIZE", 0, 1 << 20, &c.lsa_team_size);
+  {
+    std::string all = env("NCCL_PARAM_DUMP_ALL");
+    for (char& ch : all) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    c.param_dump_all = all == "1" || all == "T" || all == "TRUE";
+  }
   count_in("PURLIN_EXCHANGE_CHANNELS", 1, 64, &c.exchange_channels);
   count_in("PURLIN_ZERO_STAGING_CTAS", 1, 64, &c.zero_staging_ctas);
   return c;
@@ -259,6 +278,12 @@ std::optional<std::uint64_t> parse_bytes(const std::string& text) {
 }
 
 Config read_environment() { return read_config(); }
+
+std::vector<EnvVariable> env_variables() {
+  config();
+  std::lock_guard<std::mutex> g(g_read_mutex);
+  return read_variables();
+}
 
 const Config& config() {
   static const Config c = [] {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace purlin {
 
@@ -43,6 +44,7 @@ struct Config {
   bool nvls_disabled = false;    // NCCL_NVLS_ENABLE=0 is a hard off
   bool check_pointers = false;   // NCCL_CHECK_POINTERS=1: every call asks the driver where its buffers live
   int lsa_team_size = 0;         // NCCL_LSA_TEAM_SIZE: caps the size of ncclTeamLsa's teams (0: unset)
+  bool param_dump_all = false;   // NCCL_PARAM_DUMP_ALL=1|true: the parameter API lists PURLIN_ variables too
 
   // Purlin's own.
   DatapathChoice datapath = DatapathChoice::automatic;  // PURLIN_DATAPATH=sm|host|auto
@@ -102,6 +104,14 @@ const Config& config();
 // The environment as it is now, validated as config() validates it (its WARN lines included), not
 // logged and not kept: config() still holds what it read first.
 Config read_environment();
+
+// The variables the configuration reads, in the order it first read them, with the value it read.
+struct EnvVariable {
+  std::string name;
+  std::string value;
+  bool set = false;  // present in the environment (perhaps empty)
+};
+std::vector<EnvVariable> env_variables();
 
 // Parses PURLIN_FALLBACK: `all`, `none`, or a comma-separated list of operation names, case
 // insensitive, as NCCL's functions are named without the prefix (allreduce, broadcast, reduce,

@@ -1,5 +1,11 @@
 #include "core/cuda_probe.h"
 
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <string>
+#include <vector>
+
 #if defined(PURLIN_HAVE_CUDA)
 #include <cuda_runtime_api.h>
 #endif
@@ -63,6 +69,42 @@ std::uint64_t gpu_identity(int device) {
 #else
   (void)device;
   return 0;
+#endif
+}
+
+int gpu_nvml_index(int device) {
+#if defined(PURLIN_HAVE_CUDA)
+  const auto bus_of = [](int d) {
+    char bus[64] = {0};
+    if (cudaDeviceGetPCIBusId(bus, sizeof(bus) - 1, d) != cudaSuccess) {
+      cudaGetLastError();
+      return std::string();
+    }
+    std::string s = bus;
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  if (device < 0) return -1;
+  const std::string mine = bus_of(device);
+  if (mine.empty()) return device;
+  // Every GPU the driver knows, as NVML counts them; the visible devices where the driver's list
+  // cannot be read.
+  std::vector<std::string> buses;
+  std::error_code e;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", e)) {
+    std::string name = entry.path().filename().string();
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    buses.push_back(name);
+  }
+  if (std::find(buses.begin(), buses.end(), mine) == buses.end()) {
+    buses.clear();
+    for (int d = 0; d < cuda_device_count(); ++d) buses.push_back(bus_of(d));
+  }
+  std::sort(buses.begin(), buses.end());
+  return static_cast<int>(std::find(buses.begin(), buses.end(), mine) - buses.begin());
+#else
+  (void)device;
+  return -1;
 #endif
 }
 

@@ -14,6 +14,9 @@ int cuda_current_device();
 bool cuda_set_current_device(int device);
 // A 64-bit identity of a device, equal across processes (hash of its PCI bus id); 0 for none.
 std::uint64_t gpu_identity(int device);
+// The device's index as NVML numbers GPUs (every GPU of the machine in PCI bus order, whatever
+// CUDA_VISIBLE_DEVICES hides); -1 for none.
+int gpu_nvml_index(int device);
 // Multiprocessors of a device (0 for none).
 int gpu_sm_count(int device);
 // A device's compute capability as 10 * major + minor (90 for sm_90); 0 for none.

@@ -79,12 +79,8 @@ std::atomic<Logger*> g_logger{nullptr};
 std::mutex g_init_mutex;
 thread_local int tls_device = -1;
 
-Logger& logger() {
-  Logger* l = g_logger.load(std::memory_order_acquire);
-  if (l) return *l;
-  std::lock_guard<std::mutex> guard(g_init_mutex);
-  l = g_logger.load(std::memory_order_relaxed);
-  if (l) return *l;
+// A logger as NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE say now.
+Logger* make_logger() {
   // Read the variables directly: config() logs through us, so it cannot be used here.
   auto env = [](const char* name) { const char* v = getenv(name); return std::string(v ? v : ""); };
   auto* fresh = new Logger();  // lives for the process: log lines may come from exit handlers
@@ -108,8 +104,18 @@ Logger& logger() {
   fresh->sink->set_pattern("%v");
   fresh->sink->set_level(spdlog::level::trace);
   fresh->sink->flush_on(spdlog::level::trace);
-  g_logger.store(fresh, std::memory_order_release);
-  return *fresh;
+  return fresh;
+}
+
+Logger& logger() {
+  Logger* l = g_logger.load(std::memory_order_acquire);
+  if (l) return *l;
+  std::lock_guard<std::mutex> guard(g_init_mutex);
+  l = g_logger.load(std::memory_order_relaxed);
+  if (l) return *l;
+  l = make_logger();
+  g_logger.store(l, std::memory_order_release);
+  return *l;
 }
 
 }  // namespace
@@ -122,6 +128,13 @@ bool enabled(Level level, unsigned subsys) {
 }
 
 void set_thread_device(int device) { tls_device = device; }
+
+void reload() {
+  std::lock_guard<std::mutex> guard(g_init_mutex);
+  Logger* old = g_logger.exchange(make_logger(), std::memory_order_acq_rel);
+  // Another thread may still be writing through the old logger: its file is flushed, never closed.
+  if (old) old->sink->flush();
+}
 
 void write(Level level, unsigned /*subsys*/, std::string_view message) {
   Logger& l = logger();

@@ -31,6 +31,8 @@ enum Subsys : unsigned {
 // True when a message of this level and subsystem would be printed (cheap: two loads).
 bool enabled(Level level, unsigned subsys);
 void write(Level level, unsigned subsys, std::string_view message);
+// Reads NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE again (ncclResetDebugInit).
+void reload();
 // The device the calling thread works for, shown in the [dev] field (-1: none).
 void set_thread_device(int device);
 

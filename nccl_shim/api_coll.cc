@@ -2,8 +2,11 @@
 // user's buffers under the collective's declaration, hand it to the group.
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "nccl_shim/argcheck.h"
 #include "nccl_shim/group.h"
+#include "nccl_shim/nccl_next.h"
 #include "nccl_shim/shim.h"
 
 namespace purlin::shim {
@@ -231,4 +234,54 @@ NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t da
   if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
   if (count == 0) return ncclSuccess;
   return enqueue_p2p(comm, snac::PeerOp{false, peer, static_cast<char*>(recvbuff), count * size_of(t)}, stream);
+}
+
+// ---- One-sided operations (NCCL 2.29, nccl_shim/nccl_next.h) -----------------------------------------
+// Not offered: the arguments are checked as NCCL checks them, then the call is refused with the code
+// NCCL gives on a communicator without host RMA.
+
+namespace {
+
+ncclResult_t no_rma(ncclComm_t comm, const char* fn) {
+  return fail(comm, ncclInvalidArgument,
+              fmt::format("{}: one-sided RMA (ncclPutSignal, ncclSignal, ncclWaitSignal) is not supported by this "
+                          "library",
+                          fn));
+}
+
+ncclResult_t check_peer(ncclComm_t comm, const char* fn, int peer) {
+  if (peer < 0 || peer >= comm->nranks)
+    return fail(comm, ncclInvalidArgument, fmt::format("{}: invalid peer {} (nranks {})", fn, peer, comm->nranks));
+  return ncclSuccess;
+}
+
+}  // namespace
+
+NCCL_API(ncclResult_t, ncclPutSignal, const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
+         ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+         cudaStream_t stream) {
+  const char* fn = "ncclPutSignal";
+  (void)localbuff, (void)count, (void)peerWin, (void)peerWinOffset, (void)sigIdx, (void)ctx, (void)flags, (void)stream;
+  if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_peer(comm, fn, peer); r != ncclSuccess) return r;
+  if (static_cast<int>(datatype) < 0 || static_cast<int>(datatype) >= ncclNumTypes)
+    return fail(comm, ncclInvalidArgument, fmt::format("{}: invalid type {}", fn, static_cast<int>(datatype)));
+  return no_rma(comm, fn);
+}
+
+NCCL_API(ncclResult_t, ncclSignal, int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+         cudaStream_t stream) {
+  const char* fn = "ncclSignal";
+  (void)sigIdx, (void)ctx, (void)flags, (void)stream;
+  if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_peer(comm, fn, peer); r != ncclSuccess) return r;
+  return no_rma(comm, fn);
+}
+
+NCCL_API(ncclResult_t, ncclWaitSignal, int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm,
+         cudaStream_t stream) {
+  const char* fn = "ncclWaitSignal";
+  (void)nDesc, (void)signalDescs, (void)stream;
+  if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess) return r;
+  return no_rma(comm, fn);
 }

@@ -441,6 +441,39 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
                    });
 }
 
+// Growing a communicator (NCCL 2.29) is not offered: the arguments are checked as NCCL checks them,
+// then the call is refused.
+NCCL_API(ncclResult_t, ncclCommGetUniqueId, ncclComm_t comm, ncclUniqueId* uniqueId) {
+  const char* fn = "ncclCommGetUniqueId";
+  if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess) return r;
+  if (uniqueId == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommGetUniqueId: uniqueId is NULL");
+  return fail(comm, ncclInvalidUsage,
+              "ncclCommGetUniqueId: growing a communicator (ncclCommGrow) is not supported by this library");
+}
+
+NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
+         ncclComm_t* newcomm, ncclConfig_t* config) {
+  const char* fn = "ncclCommGrow";
+  (void)config;
+  if (newcomm == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclCommGrow: newcomm is NULL");
+  *newcomm = nullptr;
+  if (nRanks <= 0) return fail(nullptr, ncclInvalidArgument, fmt::format("ncclCommGrow: invalid nRanks {}", nRanks));
+  if (comm != nullptr) {
+    if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess) return r;
+    if (nRanks <= comm->nranks)
+      return fail(comm, ncclInvalidArgument,
+                  fmt::format("ncclCommGrow: total ranks {} is not more than the current {}", nRanks, comm->nranks));
+    if (rank != -1)
+      return fail(comm, ncclInvalidArgument,
+                  fmt::format("ncclCommGrow: rank {} given by an existing rank (must be -1)", rank));
+  } else if (uniqueId == nullptr || rank < 0 || rank >= nRanks) {
+    return fail(nullptr, ncclInvalidArgument,
+                fmt::format("ncclCommGrow: a new rank needs a unique id and a rank in 0..{} (rank {}, uniqueId {})",
+                            nRanks - 1, rank, static_cast<const void*>(uniqueId)));
+  }
+  return fail(comm, ncclInvalidUsage, "ncclCommGrow: growing a communicator is not supported by this library");
+}
+
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   const char* fn = "ncclCommFinalize";
   if (comm == nullptr) return ncclSuccess;  // as NCCL

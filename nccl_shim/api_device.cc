@@ -4,12 +4,15 @@
 // arithmetic on the communicator's ranks and on the size of its LSA teams (the ranks of one host).
 #include <nccl.h>
 
+#include <cstddef>
 #include <numeric>
 
 #include <fmt/format.h>
 
 #include "core/config.h"
+#include "core/cuda_probe.h"
 #include "nccl_shim/argcheck.h"
+#include "nccl_shim/nccl_next.h"
 #include "nccl_shim/shim.h"
 
 using namespace purlin;
@@ -26,12 +29,20 @@ struct ncclDevResourceRequirements;
 struct ncclGinBarrierHandle;
 struct ncclLsaBarrierHandle;
 struct ncclLLA2AHandle;
+struct ncclGinOutboxHandle;
+struct ncclGinInboxA2AHandle;
 
 namespace {
 ncclResult_t not_offered(ncclComm* comm, const char* fn) {
   return fail(comm && is_live(comm) ? comm : nullptr, ncclInvalidUsage,
               fmt::format("{}: NCCL's device API is not offered by this library", fn));
 }
+// A peer's address in a window is device-API memory: windows are recorded, not mapped.
+ncclResult_t pointer_not_offered(const char* fn, void** out) {
+  if (out) *out = nullptr;
+  return not_offered(nullptr, fn);
+}
+constexpr unsigned kApiMagic = 0xcafebeef;  // NCCL_API_MAGIC, the magic of NCCL's initialisers
 PurlinTeam world_of(ncclComm* comm) {
   if (comm == nullptr || !is_live(comm)) return PurlinTeam{0, 0, 1};
   return PurlinTeam{comm->nranks, comm->rank, 1};
@@ -49,50 +60,92 @@ int lsa_size_of(ncclComm* comm) {
 }
 }  // namespace
 
-extern "C" {
-
-__attribute__((visibility("default"))) ncclResult_t ncclDevCommCreate(ncclComm_t comm, const ncclDevCommRequirements*,
-                                                                       ncclDevComm*) {
+NCCL_API(ncclResult_t, ncclDevCommCreate, ncclComm_t comm, const ncclDevCommRequirements*, ncclDevComm*) {
   return not_offered(comm, "ncclDevCommCreate");
 }
-__attribute__((visibility("default"))) ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const ncclDevComm*) {
+NCCL_API(ncclResult_t, ncclDevCommDestroy, ncclComm_t comm, const ncclDevComm*) {
   return not_offered(comm, "ncclDevCommDestroy");
 }
-__attribute__((visibility("default"))) PurlinTeam ncclTeamWorld(ncclComm_t comm) { return world_of(comm); }
+NCCL_API(PurlinTeam, ncclTeamWorld, ncclComm_t comm) { return world_of(comm); }
 // The ranks of this rank's LSA team: lsa consecutive ranks on its host.
-__attribute__((visibility("default"))) PurlinTeam ncclTeamLsa(ncclComm_t comm) {
+NCCL_API(PurlinTeam, ncclTeamLsa, ncclComm_t comm) {
   const PurlinTeam w = world_of(comm);
   const int lsa = lsa_size_of(comm);
   return w.nRanks ? PurlinTeam{lsa, w.rank % lsa, 1} : w;
 }
 // The ranks at this rank's place in every LSA team.
-__attribute__((visibility("default"))) PurlinTeam ncclTeamRail(ncclComm_t comm) {
+NCCL_API(PurlinTeam, ncclTeamRail, ncclComm_t comm) {
   const PurlinTeam w = world_of(comm);
   const int lsa = lsa_size_of(comm);
   return w.nRanks ? PurlinTeam{w.nRanks / lsa, w.rank / lsa, lsa} : w;
 }
-__attribute__((visibility("default"))) int ncclTeamRankToWorld(ncclComm_t comm, PurlinTeam team, int rank) {
+NCCL_API(int, ncclTeamRankToWorld, ncclComm_t comm, PurlinTeam team, int rank) {
   return world_of(comm).rank + (rank - team.rank) * team.stride;
 }
-__attribute__((visibility("default"))) int ncclTeamRankToLsa(ncclComm_t comm, PurlinTeam team, int rank) {
+NCCL_API(int, ncclTeamRankToLsa, ncclComm_t comm, PurlinTeam team, int rank) {
   return world_of(comm).rank % lsa_size_of(comm) + (rank - team.rank) * team.stride;
 }
-__attribute__((visibility("default"))) ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t comm, PurlinTeam, int,
-                                                                                     ncclGinBarrierHandle*,
-                                                                                     ncclDevResourceRequirements*) {
+NCCL_API(ncclResult_t, ncclGinBarrierCreateRequirement, ncclComm_t comm, PurlinTeam, int, ncclGinBarrierHandle*,
+         ncclDevResourceRequirements*) {
   return not_offered(comm, "ncclGinBarrierCreateRequirement");
 }
-__attribute__((visibility("default"))) ncclResult_t ncclLsaBarrierCreateRequirement(PurlinTeam, int, ncclLsaBarrierHandle*,
-                                                                                     ncclDevResourceRequirements*) {
+NCCL_API(ncclResult_t, ncclLsaBarrierCreateRequirement, PurlinTeam, int, ncclLsaBarrierHandle*,
+         ncclDevResourceRequirements*) {
   return not_offered(nullptr, "ncclLsaBarrierCreateRequirement");
 }
-__attribute__((visibility("default"))) int ncclLLA2ACalcSlots(int, int) {
+NCCL_API(int, ncclLLA2ACalcSlots, int, int) {
   not_offered(nullptr, "ncclLLA2ACalcSlots");
   return 0;
 }
-__attribute__((visibility("default"))) ncclResult_t ncclLLA2ACreateRequirement(int, int, ncclLLA2AHandle*,
-                                                                                ncclDevResourceRequirements*) {
+NCCL_API(ncclResult_t, ncclLLA2ACreateRequirement, int, int, ncclLLA2AHandle*, ncclDevResourceRequirements*) {
   return not_offered(nullptr, "ncclLLA2ACreateRequirement");
 }
 
-}  // extern "C"
+
+// The communicator's properties (NCCL 2.29): no device communicator, multicast, GIN or host RMA is
+// offered; the LSA teams are those ncclTeamLsa answers with. Fields past the caller's version are
+// left alone, as NCCL leaves them.
+NCCL_API(ncclResult_t, ncclCommQueryProperties, ncclComm_t comm, ncclCommProperties_t* props) {
+  const char* fn = "ncclCommQueryProperties";
+  if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess) return r;
+  if (props == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommQueryProperties: props is NULL");
+  if (props->magic != kApiMagic)
+    return fail(comm, ncclInvalidUsage,
+                "ncclCommQueryProperties: the ncclCommProperties_t argument must be initialised with "
+                "NCCL_COMM_PROPERTIES_INITIALIZER");
+  props->rank = comm->rank;
+  props->nRanks = comm->nranks;
+  props->cudaDev = comm->device;
+  props->nvmlDev = gpu_nvml_index(comm->device);
+  props->deviceApiSupport = false;
+  props->multimemSupport = false;
+  if (props->version > static_cast<unsigned>(NCCL_VERSION(2, 29, 3)) &&
+      props->size >= offsetof(ncclCommProperties_t, railedGinType) + sizeof(props->railedGinType)) {
+    props->hostRmaSupport = false;
+    props->ginType = NCCL_GIN_TYPE_NONE;
+    props->railedGinType = NCCL_GIN_TYPE_NONE;
+    props->nLsaTeams = comm->nranks / lsa_size_of(comm);
+  }
+  return ncclSuccess;
+}
+NCCL_API(ncclResult_t, ncclGetLsaMultimemDevicePointer, ncclWindow_t, size_t, void** outPtr) {
+  return pointer_not_offered("ncclGetLsaMultimemDevicePointer", outPtr);
+}
+NCCL_API(ncclResult_t, ncclGetMultimemDevicePointer, ncclWindow_t, size_t, PurlinMultimemHandle, void** outPtr) {
+  return pointer_not_offered("ncclGetMultimemDevicePointer", outPtr);
+}
+NCCL_API(ncclResult_t, ncclGetLsaDevicePointer, ncclWindow_t, size_t, int, void** outPtr) {
+  return pointer_not_offered("ncclGetLsaDevicePointer", outPtr);
+}
+NCCL_API(ncclResult_t, ncclGetPeerDevicePointer, ncclWindow_t, size_t, int, void** outPtr) {
+  return pointer_not_offered("ncclGetPeerDevicePointer", outPtr);
+}
+NCCL_API(ncclResult_t, ncclGinOutboxCreateRequirement, int, int, ncclGinOutboxHandle*,
+         ncclDevResourceRequirements*) {
+  return not_offered(nullptr, "ncclGinOutboxCreateRequirement");
+}
+NCCL_API(ncclResult_t, ncclGinInboxA2ACreateRequirement, PurlinTeam, int, int, ncclGinInboxA2AHandle*,
+         ncclDevResourceRequirements*) {
+  return not_offered(nullptr, "ncclGinInboxA2ACreateRequirement");
+}
+

@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "nccl_shim/argcheck.h"
 #include "nccl_shim/comm_work.h"
+#include "nccl_shim/nccl_next.h"
 #include "nccl_shim/shim.h"
 
 #if defined(PURLIN_HAVE_CUDA)
@@ -205,4 +206,52 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size
 
 NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
   return deregister("ncclCommWindowDeregister", comm, win, true);
+}
+
+// ---- NCCL 2.29 and 2.30 additions (nccl_shim/nccl_next.h) -----------------------------------------
+
+NCCL_API(ncclResult_t, ncclWinGetUserPtr, ncclComm_t comm, ncclWindow_t win, void** outUserPtr) {
+  const char* fn = "ncclWinGetUserPtr";
+  if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess) return r;
+  if (outUserPtr == nullptr) return fail(comm, ncclInvalidArgument, "ncclWinGetUserPtr: outUserPtr is NULL");
+  // As NCCL on a communicator without symmetric memory: no window, no pointer.
+  if (comm->device < 0) {
+    log::info(log::kInit, "{}: a communicator on the host datapath has no windows", fn);
+    *outUserPtr = nullptr;
+    return ncclSuccess;
+  }
+  if (win == nullptr) return fail(comm, ncclInvalidArgument, "ncclWinGetUserPtr: win is NULL");
+  std::lock_guard<std::mutex> g(comm->mutex);
+  for (const ncclComm::Registration* r : comm->registrations)
+    if (r == reinterpret_cast<const ncclComm::Registration*>(win) && r->window) {
+      *outUserPtr = r->ptr;
+      return ncclSuccess;
+    }
+  // NCCL's answer to a window it does not know.
+  return fail(comm, ncclInternalError, fmt::format("{}: {} is not a window of this communicator", fn,
+                                                   static_cast<const void*>(win)));
+}
+
+// A communicator's memory is mapped by its peers for as long as it lives, so none of it can be
+// released and brought back: suspending memory is refused as NCCL refuses it without its memory
+// manager, and nothing is ever suspended to resume.
+NCCL_API(ncclResult_t, ncclCommSuspend, ncclComm_t comm, int flags) {
+  if (ncclResult_t r = check_comm("ncclCommSuspend", comm); r != ncclSuccess) return r;
+  if ((flags & NCCL_SUSPEND_MEM) == 0) return ncclSuccess;  // nothing else can be suspended
+  return fail(comm, ncclInvalidUsage,
+              "ncclCommSuspend: releasing a communicator's memory (NCCL_SUSPEND_MEM) is not supported by this "
+              "library: its peers map that memory until the communicator is destroyed");
+}
+
+NCCL_API(ncclResult_t, ncclCommResume, ncclComm_t comm) {
+  if (ncclResult_t r = check_comm("ncclCommResume", comm); r != ncclSuccess) return r;
+  return fail(comm, ncclInvalidUsage, "ncclCommResume: the communicator is not suspended");
+}
+
+NCCL_API(ncclResult_t, ncclCommMemStats, ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value) {
+  if (ncclResult_t r = check_comm("ncclCommMemStats", comm); r != ncclSuccess) return r;
+  if (value == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommMemStats: value is NULL");
+  return fail(comm, ncclInvalidUsage,
+              fmt::format("ncclCommMemStats: memory statistics (stat {}) are not kept by this library",
+                          static_cast<int>(stat)));
 }

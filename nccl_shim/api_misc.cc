@@ -102,6 +102,10 @@ NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
   return fail(comm, ncclInvalidArgument, fmt::format("{}: operator {} does not exist (destroyed?)", fn, o));
 }
 
+// Deprecated in NCCL and declared by its header only where NCCL_OS_LINUX is defined, still exported:
+// logging follows NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE as they are set now.
+NCCL_API(void, ncclResetDebugInit) { log::reload(); }
+
 NCCL_API(ncclResult_t, ncclGroupStart) { return group_start(); }
 NCCL_API(ncclResult_t, ncclGroupEnd) { return group_end(); }
 

@@ -101,7 +101,6 @@ NCCL_API(ncclResult_t, ncclLLA2ACreateRequirement, int, int, ncclLLA2AHandle*, n
   return not_offered(nullptr, "ncclLLA2ACreateRequirement");
 }
 
-
 // The communicator's properties (NCCL 2.29): no device communicator, multicast, GIN or host RMA is
 // offered; the LSA teams are those ncclTeamLsa answers with. Fields past the caller's version are
 // left alone, as NCCL leaves them.

@@ -14,6 +14,20 @@
 
 namespace purlin {
 
+#if defined(PURLIN_HAVE_CUDA)
+namespace {
+// The device's PCI bus id as CUDA writes it ("0000:1B:00.0"), or "" when CUDA cannot say.
+std::string pci_bus_id(int device) {
+  char bus[64] = {0};
+  if (cudaDeviceGetPCIBusId(bus, sizeof(bus) - 1, device) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  return bus;
+}
+}  // namespace
+#endif
+
 int cuda_device_count() {
 #if defined(PURLIN_HAVE_CUDA)
   static const int count = [] {
@@ -58,13 +72,10 @@ bool cuda_set_current_device(int device) {
 std::uint64_t gpu_identity(int device) {
 #if defined(PURLIN_HAVE_CUDA)
   if (device < 0) return 0;
-  char bus[64] = {0};
-  if (cudaDeviceGetPCIBusId(bus, sizeof(bus) - 1, device) != cudaSuccess) {
-    cudaGetLastError();
-    return static_cast<std::uint64_t>(device) + 1;
-  }
+  const std::string bus = pci_bus_id(device);
+  if (bus.empty()) return static_cast<std::uint64_t>(device) + 1;
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (const char* p = bus; *p; ++p) h = (h ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
+  for (const char c : bus) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   return h ? h : 1;
 #else
   (void)device;
@@ -74,31 +85,22 @@ std::uint64_t gpu_identity(int device) {
 
 int gpu_nvml_index(int device) {
 #if defined(PURLIN_HAVE_CUDA)
-  const auto bus_of = [](int d) {
-    char bus[64] = {0};
-    if (cudaDeviceGetPCIBusId(bus, sizeof(bus) - 1, d) != cudaSuccess) {
-      cudaGetLastError();
-      return std::string();
-    }
-    std::string s = bus;
+  const auto lower = [](std::string s) {
     for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return s;
   };
   if (device < 0) return -1;
-  const std::string mine = bus_of(device);
+  const std::string mine = lower(pci_bus_id(device));
   if (mine.empty()) return device;
   // Every GPU the driver knows, as NVML counts them; the visible devices where the driver's list
   // cannot be read.
   std::vector<std::string> buses;
   std::error_code e;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", e)) {
-    std::string name = entry.path().filename().string();
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    buses.push_back(name);
-  }
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", e))
+    buses.push_back(lower(entry.path().filename().string()));
   if (std::find(buses.begin(), buses.end(), mine) == buses.end()) {
     buses.clear();
-    for (int d = 0; d < cuda_device_count(); ++d) buses.push_back(bus_of(d));
+    for (int d = 0; d < cuda_device_count(); ++d) buses.push_back(lower(pci_bus_id(d)));
   }
   std::sort(buses.begin(), buses.end());
   return static_cast<int>(std::find(buses.begin(), buses.end(), mine) - buses.begin());

@@ -4,8 +4,10 @@
 // such cuMem, or PURLIN_CUMEM=0). Registrations and windows are recorded and checked at
 // deregistration; the datapath treats their buffers like any other (large calls run in place on
 // every buffer it can map, registered or not). Without a GPU these calls fail with NCCL's codes.
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -58,12 +60,17 @@ ncclResult_t add_registration(ncclComm* comm, const char* fn, void* buff, size_t
   return ncclSuccess;
 }
 
+// The registration (window or not) behind a handle, or end(). Call with comm->mutex held.
+std::vector<ncclComm::Registration*>::iterator registration_of(ncclComm* comm, const void* handle, bool window) {
+  auto it = std::find(comm->registrations.begin(), comm->registrations.end(), handle);
+  return it != comm->registrations.end() && (*it)->window == window ? it : comm->registrations.end();
+}
+
 ncclResult_t remove_registration(ncclComm* comm, const char* fn, void* handle, bool window) {
   ncclComm::Registration* found = nullptr;
   {
     std::lock_guard<std::mutex> g(comm->mutex);
-    auto it = std::find(comm->registrations.begin(), comm->registrations.end(), handle);
-    if (it != comm->registrations.end() && (*it)->window == window) {
+    if (auto it = registration_of(comm, handle, window); it != comm->registrations.end()) {
       found = *it;
       comm->registrations.erase(it);
     }
@@ -222,11 +229,10 @@ NCCL_API(ncclResult_t, ncclWinGetUserPtr, ncclComm_t comm, ncclWindow_t win, voi
   }
   if (win == nullptr) return fail(comm, ncclInvalidArgument, "ncclWinGetUserPtr: win is NULL");
   std::lock_guard<std::mutex> g(comm->mutex);
-  for (const ncclComm::Registration* r : comm->registrations)
-    if (r == reinterpret_cast<const ncclComm::Registration*>(win) && r->window) {
-      *outUserPtr = r->ptr;
-      return ncclSuccess;
-    }
+  if (auto it = registration_of(comm, win, true); it != comm->registrations.end()) {
+    *outUserPtr = (*it)->ptr;
+    return ncclSuccess;
+  }
   // NCCL's answer to a window it does not know.
   return fail(comm, ncclInternalError, fmt::format("{}: {} is not a window of this communicator", fn,
                                                    static_cast<const void*>(win)));

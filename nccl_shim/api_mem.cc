@@ -228,12 +228,14 @@ NCCL_API(ncclResult_t, ncclWinGetUserPtr, ncclComm_t comm, ncclWindow_t win, voi
     return ncclSuccess;
   }
   if (win == nullptr) return fail(comm, ncclInvalidArgument, "ncclWinGetUserPtr: win is NULL");
-  std::lock_guard<std::mutex> g(comm->mutex);
-  if (auto it = registration_of(comm, win, true); it != comm->registrations.end()) {
-    *outUserPtr = (*it)->ptr;
-    return ncclSuccess;
+  {
+    std::lock_guard<std::mutex> g(comm->mutex);
+    if (auto it = registration_of(comm, win, true); it != comm->registrations.end()) {
+      *outUserPtr = (*it)->ptr;
+      return ncclSuccess;
+    }
   }
-  // NCCL's answer to a window it does not know.
+  // NCCL's answer to a window it does not know (fail takes the communicator's lock itself).
   return fail(comm, ncclInternalError, fmt::format("{}: {} is not a window of this communicator", fn,
                                                    static_cast<const void*>(win)));
 }

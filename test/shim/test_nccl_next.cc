@@ -228,8 +228,14 @@ int main() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   loopback::use();
   int failed = 0;
-  for (bool dump_all : {false, true})
-    failed += !ranks::run(1, [&](int) -> int { child(dump_all); })[0].ok();
+  for (bool dump_all : {false, true}) {
+    // A call that never returns (a lock taken twice) fails the child instead of hanging the test.
+    ranks::Wait w;
+    w.deadline = ranks::Clock::now() + ranks::seconds(60);
+    const bool ok = ranks::run(1, [&](int) -> int { child(dump_all); }, w)[0].ok();
+    if (!ok) std::printf("FAIL the %s child did not pass within 60 s\n", dump_all ? "NCCL_PARAM_DUMP_ALL" : "default");
+    failed += !ok;
+  }
   std::printf("%d passed, %d failed\n", 2 - failed, failed);
   return failed == 0 ? 0 : 1;
 }

@@ -1,8 +1,10 @@
 #include "nccl_shim/argcheck.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -130,6 +132,41 @@ ncclResult_t reduce_scatter_v_args(const CollCheck& c, const size_t* recvcounts,
   return ncclSuccess;
 }
 
+// An AlltoAllV's partitions of one rank: none it sends may share a byte with one it receives, as
+// its peers write what they send into its receive partitions while they may still read its send
+// partitions in place. The spans of the two buffers are compared first; partition pairs only where
+// those meet.
+ncclResult_t parts_apart(const CollCheck& c, std::size_t es, const size_t* sendcounts, const size_t* sdispls,
+                         const size_t* recvcounts, const size_t* rdispls) {
+  const int n = c.comm->nranks;
+  const auto base_s = reinterpret_cast<std::uintptr_t>(c.send), base_r = reinterpret_cast<std::uintptr_t>(c.recv);
+  auto span = [&](std::uintptr_t base, const size_t* counts, const size_t* displs) {
+    std::uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int k = 0; k < n; ++k) {
+      if (counts[k] == 0) continue;
+      lo = std::min<std::uintptr_t>(lo, base + displs[k] * es);
+      hi = std::max<std::uintptr_t>(hi, base + (displs[k] + counts[k]) * es);
+    }
+    return std::pair{lo, hi};
+  };
+  const auto [slo, shi] = span(base_s, sendcounts, sdispls);
+  const auto [rlo, rhi] = span(base_r, recvcounts, rdispls);
+  if (slo >= rhi || rlo >= shi) return ncclSuccess;
+  for (int s = 0; s < n; ++s) {
+    if (sendcounts[s] == 0) continue;
+    const std::uintptr_t a = base_s + sdispls[s] * es, b = a + sendcounts[s] * es;
+    for (int r = 0; r < n; ++r) {
+      if (recvcounts[r] == 0) continue;
+      const std::uintptr_t x = base_r + rdispls[r] * es, y = x + recvcounts[r] * es;
+      if (a < y && x < b)
+        return fail(c.comm, ncclInvalidArgument,
+                    fmt::format("{}: send partition {} overlaps receive partition {}; an AlltoAllV in place is not "
+                                "supported (give the send and receive partitions separate memory)", c.fn, s, r));
+    }
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t all_to_all_v_args(const CollCheck& c, const size_t* sendcounts, const size_t* sdispls,
                                const size_t* recvcounts, const size_t* rdispls, DataType* type) {
   ReduceOp unused;
@@ -138,7 +175,7 @@ ncclResult_t all_to_all_v_args(const CollCheck& c, const size_t* sendcounts, con
   if (ncclResult_t r = check_parts(c, *type, "recvcounts", recvcounts, "rdispls", rdispls); r != ncclSuccess) return r;
   if (c.send == nullptr && any(sendcounts, c.comm->nranks)) return null_buffer(c, "sendbuff", "sendcounts");
   if (c.recv == nullptr && any(recvcounts, c.comm->nranks)) return null_buffer(c, "recvbuff", "recvcounts");
-  return ncclSuccess;
+  return parts_apart(c, size_of(*type), sendcounts, sdispls, recvcounts, rdispls);
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ ncclResult_t ncclPurlinReduceScatterV(const void* sendbuff, const size_t* recvco
                                       cudaStream_t stream);
 
 /* sendcounts[r] elements at sdispls[r] go to rank r; recvcounts[s] elements from rank s land at
- * rdispls[s]. */
+ * rdispls[s]. No send partition may overlap a receive partition (ncclInvalidArgument): not in place. */
 ncclResult_t ncclPurlinAlltoAllV(const void* sendbuff, const size_t* sendcounts, const size_t* sdispls,
                                  void* recvbuff, const size_t* recvcounts, const size_t* rdispls,
                                  ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);

@@ -42,10 +42,22 @@ int run_rank(int me, int n, ncclUniqueId id) {
       sc[k] = c[me][k], sd[k] = so, so += sc[k] + 3;
       rc[k] = c[k][me], rd[k] = ro, ro += rc[k] + 3;
     }
-    std::vector<std::int32_t> send(so + 1), recv(ro + 1, -7);
-    for (std::size_t i = 0; i < send.size(); ++i) send[i] = value(me, i, round);
-    if (ncclPurlinAlltoAllV(send.data(), sc.data(), sd.data(), recv.data(), rc.data(), rd.data(), ncclInt32, comm,
-                            nullptr) != ncclSuccess)
+    // Odd rounds: the send and receive partitions in one buffer, apart (allowed).
+    std::vector<std::int32_t> one(so + 1 + ro + 1, -7);
+    std::int32_t* send = round % 2 ? one.data() : new std::int32_t[so + 1];
+    std::int32_t* recv = round % 2 ? one.data() + so + 1 : new std::int32_t[ro + 1];
+    for (std::size_t i = 0; i <= so; ++i) send[i] = value(me, i, round);
+    for (std::size_t i = 0; i <= ro; ++i) recv[i] = -7;
+    // In place (a send partition over a receive partition) is refused, and the communicator stays usable.
+    if (round % 2 && sc[n - 1] > 0 && rc[n - 1] > 0) {
+      std::vector<std::size_t> over = sd;
+      over[n - 1] = static_cast<std::size_t>(recv - send) + rd[n - 1];  // send partition n-1 at receive partition n-1
+      if (ncclPurlinAlltoAllV(send, sc.data(), over.data(), recv, rc.data(), rd.data(), ncclInt32, comm, nullptr) !=
+          ncclInvalidArgument)
+        ++failures;
+    }
+    if (ncclPurlinAlltoAllV(send, sc.data(), sd.data(), recv, rc.data(), rd.data(), ncclInt32, comm, nullptr) !=
+        ncclSuccess)
       ++failures;
     for (int s = 0; s < n; ++s) {
       std::size_t their = 0;  // rank s's displacement for me
@@ -55,7 +67,11 @@ int run_rank(int me, int n, ncclUniqueId id) {
           ++failures;
           break;
         }
-      if (recv[rd[s] + rc[s]] != -7 && (s + 1 < n || rd[s] + rc[s] < recv.size())) ++failures;  // gap untouched
+      if (recv[rd[s] + rc[s]] != -7) ++failures;  // gap (or the spare element at the end) untouched
+    }
+    if (round % 2 == 0) {
+      delete[] send;
+      delete[] recv;
     }
     // AllGatherV: rank s contributes c[s][0] elements.
     std::vector<std::size_t> gc(n), gd(n);

@@ -72,12 +72,10 @@ NCCL_API(ncclResult_t, ncclParamGetU16, ncclParamHandle_t h, uint16_t* out) { re
 NCCL_API(ncclResult_t, ncclParamGetU32, ncclParamHandle_t h, uint32_t* out) { return typed("ncclParamGetU32", h, out); }
 NCCL_API(ncclResult_t, ncclParamGetU64, ncclParamHandle_t h, uint64_t* out) { return typed("ncclParamGetU64", h, out); }
 
-// The pointer stays valid until this thread's next call.
+// The pointer stays valid for the life of the process (handles are never freed or changed).
 NCCL_API(ncclResult_t, ncclParamGetStr, ncclParamHandle_t h, const char** out) {
   if (h == nullptr || out == nullptr) return bad("ncclParamGetStr: handle or out is NULL");
-  thread_local std::string copy;
-  copy = h->variable.value;
-  *out = copy.c_str();
+  *out = h->variable.value.c_str();
   return ncclSuccess;
 }
 
@@ -104,19 +102,20 @@ NCCL_API(ncclResult_t, ncclParamGetParameter, const char* key, const char** valu
     *valueLen = 0;
     return ncclInvalidArgument;
   }
-  thread_local std::string copy;
-  copy = h->variable.value;
-  *value = copy.c_str();
-  *valueLen = static_cast<int>(copy.size());
+  *value = h->variable.value.c_str();
+  *valueLen = static_cast<int>(h->variable.value.size());
   return ncclSuccess;
 }
 
 NCCL_API(ncclResult_t, ncclParamGetAllParameterKeys, const char*** table, int* tableLen) {
   if (table == nullptr || tableLen == nullptr) return bad("ncclParamGetAllParameterKeys: table or tableLen is NULL");
-  thread_local std::vector<const char*> keys;
-  keys.clear();
-  for (const ncclParamHandle* h : handles())
-    if (listed(h->variable)) keys.push_back(h->variable.name.c_str());
+  // The listed keys are fixed once the configuration is read: one table for the process.
+  static std::vector<const char*> keys = [] {
+    std::vector<const char*> k;
+    for (const ncclParamHandle* h : handles())
+      if (listed(h->variable)) k.push_back(h->variable.name.c_str());
+    return k;
+  }();
   *table = keys.data();
   *tableLen = static_cast<int>(keys.size());
   return ncclSuccess;

@@ -43,9 +43,9 @@ int run_rank(int me, int n, ncclUniqueId id) {
       rc[k] = c[k][me], rd[k] = ro, ro += rc[k] + 3;
     }
     // Odd rounds: the send and receive partitions in one buffer, apart (allowed).
-    std::vector<std::int32_t> one(so + 1 + ro + 1, -7);
-    std::int32_t* send = round % 2 ? one.data() : new std::int32_t[so + 1];
-    std::int32_t* recv = round % 2 ? one.data() + so + 1 : new std::int32_t[ro + 1];
+    std::vector<std::int32_t> one(so + 1 + ro + 1), send_apart(so + 1), recv_apart(ro + 1);
+    std::int32_t* send = round % 2 ? one.data() : send_apart.data();
+    std::int32_t* recv = round % 2 ? one.data() + so + 1 : recv_apart.data();
     for (std::size_t i = 0; i <= so; ++i) send[i] = value(me, i, round);
     for (std::size_t i = 0; i <= ro; ++i) recv[i] = -7;
     // In place (a send partition over a receive partition) is refused, and the communicator stays usable.
@@ -68,10 +68,6 @@ int run_rank(int me, int n, ncclUniqueId id) {
           break;
         }
       if (recv[rd[s] + rc[s]] != -7) ++failures;  // gap (or the spare element at the end) untouched
-    }
-    if (round % 2 == 0) {
-      delete[] send;
-      delete[] recv;
     }
     // AllGatherV: rank s contributes c[s][0] elements.
     std::vector<std::size_t> gc(n), gd(n);

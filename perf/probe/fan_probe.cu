@@ -10,6 +10,11 @@
 //   fancs1k fancs with 1,024 threads per CTA and 4 loads in flight.
 //   fancsdyn fancs whose CTAs claim 256 KiB chunks of their rank's input as they go (no static shares).
 //   fancsw  fancs with each warp's vectors contiguous (a warp stores 32 x 8 vectors in a row).
+//   fancsi  fancs whose CTAs of a rank take its input's tiles in turn (tile t on CTA t mod ctas), so
+//           that the rank's stores advance side by side through each output, not in ctas far-apart runs.
+//   fancsk  fancs storing a tile destination by destination (all its vectors to one output, then the
+//           next) instead of vector by vector.
+//   fancsik fancsi and fancsk together.
 //   step    per 64 KiB step, one copy to each output in turn (the input read again from L2).
 //   tma     the bulk-copy engine of each multiprocessor: one thread loads chunks into shared memory
 //           (a ring of stages) and stores each chunk to every output with bulk copies.
@@ -59,7 +64,7 @@ __device__ __forceinline__ void share(const Fan& f, std::uint64_t* first, std::u
   *count = per < f.vecs - a ? per : f.vecs - a;
 }
 
-template <int U, bool kStream, bool kLoadStream = false, bool kWarp = false>
+template <int U, bool kStream, bool kLoadStream = false, bool kWarp = false, bool kDestMajor = false>
 __global__ void fan_kernel(const Fan f) {
   const int me = blockIdx.x / f.ctas;
   std::uint64_t first = 0, count = 0;
@@ -77,19 +82,63 @@ __global__ void fan_kernel(const Fan f) {
     uint4 w[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) w[u] = kLoadStream ? __ldcs(&src[base + at(u)]) : src[base + at(u)];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
+    if constexpr (kDestMajor) {
 #pragma unroll
       for (int k = 0; k < kMaxRanks; ++k)
-        if (k < f.ranks) {
-          if constexpr (kStream) __stcs(&dst[k][base + at(u)], w[u]);
-          else dst[k][base + at(u)] = w[u];
-        }
+        if (k < f.ranks)
+#pragma unroll
+          for (int u = 0; u < U; ++u) __stcs(&dst[k][base + at(u)], w[u]);
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int k = 0; k < kMaxRanks; ++k)
+          if (k < f.ranks) {
+            if constexpr (kStream) __stcs(&dst[k][base + at(u)], w[u]);
+            else dst[k][base + at(u)] = w[u];
+          }
+    }
   }
   for (std::uint64_t i = base + tid; i < count; i += stride) {
     const uint4 v = src[i];
     for (int k = 0; k < f.ranks; ++k) dst[k][i] = v;
   }
+}
+
+// fancsi / fancsik: tiles of U vectors per thread, tile t of the rank's input on its CTA t mod ctas.
+template <bool kDestMajor>
+__global__ void inter_kernel(const Fan f) {
+  constexpr int U = 8;
+  const int me = blockIdx.x / f.ctas, c = blockIdx.x % f.ctas;
+  const uint4* src = f.in[me];
+  uint4* dst[kMaxRanks];
+  for (int k = 0; k < f.ranks; ++k) dst[k] = f.out[(me + k) % f.ranks] + static_cast<std::uint64_t>(me) * f.vecs;
+  const std::uint64_t tid = threadIdx.x, stride = blockDim.x, step = stride * U;
+  std::uint64_t base = c * step;
+  for (; base + step <= f.vecs; base += step * f.ctas) {
+    uint4 w[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) w[u] = src[base + u * stride + tid];
+    if constexpr (kDestMajor) {
+#pragma unroll
+      for (int k = 0; k < kMaxRanks; ++k)
+        if (k < f.ranks)
+#pragma unroll
+          for (int u = 0; u < U; ++u) __stcs(&dst[k][base + u * stride + tid], w[u]);
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int k = 0; k < kMaxRanks; ++k)
+          if (k < f.ranks) __stcs(&dst[k][base + u * stride + tid], w[u]);
+    }
+  }
+  // The partial last tile, on the CTA whose turn it is.
+  if (base < f.vecs)
+    for (std::uint64_t i = base + tid; i < f.vecs; i += stride) {
+      const uint4 v = src[i];
+      for (int k = 0; k < f.ranks; ++k) dst[k][i] = v;
+    }
 }
 
 __global__ void dyn_kernel(const Fan f) {
@@ -283,6 +332,9 @@ int main(int argc, char** argv) {
           f.base += (f.vecs + kDynVecs - 1) / kDynVecs + static_cast<unsigned long long>(ctas);
         }
         else if (shape == "fancsw") fan_kernel<8, true, false, true><<<grid, 512>>>(f);
+        else if (shape == "fancsk") fan_kernel<8, true, false, false, true><<<grid, 512>>>(f);
+        else if (shape == "fancsi") inter_kernel<false><<<grid, 512>>>(f);
+        else if (shape == "fancsik") inter_kernel<true><<<grid, 512>>>(f);
         else if (shape == "tma") tma_kernel<false><<<grid, 32, kStages * kChunk>>>(f);
         else if (shape == "tmaef") tma_kernel<true><<<grid, 32, kStages * kChunk>>>(f);
         else {

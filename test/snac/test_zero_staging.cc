@@ -270,8 +270,9 @@ TEST_CASE("zero-staging calls in sequence give every collective's output", "[zer
                           Kind::broadcast,  Kind::reduce,     Kind::gather,         Kind::scatter};
     const DataType types[] = {DataType::f32, DataType::int32, DataType::uint8, DataType::f64};
     const RedOpKind ops[] = {RedOpKind::sum, RedOpKind::max, RedOpKind::min};
-    // Counts around the CTAs' shares and the Atom's steps: empty shares, odd tails, several steps.
-    const u64 counts[] = {1, 3, 17, 1000, 4099, 70001};
+    // Counts around the CTAs' shares and the Atom's steps: empty shares, odd tails, several steps
+    // (the last: shares of several kZeroStagingStep steps where the CTAs are few or elements wide).
+    const u64 counts[] = {1, 3, 17, 1000, 4099, 70001, 300007};
     int i = 0;
     for (u64 count : counts) {
       for (Kind k : kinds) {

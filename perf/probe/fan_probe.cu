@@ -64,6 +64,30 @@ __device__ __forceinline__ void share(const Fan& f, std::uint64_t* first, std::u
   *count = per < f.vecs - a ? per : f.vecs - a;
 }
 
+// Stores the U vectors of w to every output, vector u at index base + at(u): vector by vector (each
+// to every output), or (kDestMajor) output by output; streaming (evict-first) stores with kStream.
+template <int U, bool kStream, bool kDestMajor, class At>
+__device__ __forceinline__ void store_fan(uint4* const* dst, int ranks, const uint4 (&w)[U], std::uint64_t base,
+                                          At at) {
+  auto put = [&](int k, int u) {
+    if constexpr (kStream) __stcs(&dst[k][base + at(u)], w[u]);
+    else dst[k][base + at(u)] = w[u];
+  };
+  if constexpr (kDestMajor) {
+#pragma unroll
+    for (int k = 0; k < kMaxRanks; ++k)
+      if (k < ranks)
+#pragma unroll
+        for (int u = 0; u < U; ++u) put(k, u);
+  } else {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int k = 0; k < kMaxRanks; ++k)
+        if (k < ranks) put(k, u);
+  }
+}
+
 template <int U, bool kStream, bool kLoadStream = false, bool kWarp = false, bool kDestMajor = false>
 __global__ void fan_kernel(const Fan f) {
   const int me = blockIdx.x / f.ctas;
@@ -82,22 +106,7 @@ __global__ void fan_kernel(const Fan f) {
     uint4 w[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) w[u] = kLoadStream ? __ldcs(&src[base + at(u)]) : src[base + at(u)];
-    if constexpr (kDestMajor) {
-#pragma unroll
-      for (int k = 0; k < kMaxRanks; ++k)
-        if (k < f.ranks)
-#pragma unroll
-          for (int u = 0; u < U; ++u) __stcs(&dst[k][base + at(u)], w[u]);
-    } else {
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int k = 0; k < kMaxRanks; ++k)
-          if (k < f.ranks) {
-            if constexpr (kStream) __stcs(&dst[k][base + at(u)], w[u]);
-            else dst[k][base + at(u)] = w[u];
-          }
-    }
+    store_fan<U, kStream, kDestMajor>(dst, f.ranks, w, base, at);
   }
   for (std::uint64_t i = base + tid; i < count; i += stride) {
     const uint4 v = src[i];
@@ -119,19 +128,7 @@ __global__ void inter_kernel(const Fan f) {
     uint4 w[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) w[u] = src[base + u * stride + tid];
-    if constexpr (kDestMajor) {
-#pragma unroll
-      for (int k = 0; k < kMaxRanks; ++k)
-        if (k < f.ranks)
-#pragma unroll
-          for (int u = 0; u < U; ++u) __stcs(&dst[k][base + u * stride + tid], w[u]);
-    } else {
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int k = 0; k < kMaxRanks; ++k)
-          if (k < f.ranks) __stcs(&dst[k][base + u * stride + tid], w[u]);
-    }
+    store_fan<U, true, kDestMajor>(dst, f.ranks, w, base, [&](int u) { return u * stride + tid; });
   }
   // The partial last tile, on the CTA whose turn it is.
   if (base < f.vecs)

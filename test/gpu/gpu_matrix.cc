@@ -1,4 +1,5 @@
-// The correctness matrix on a GPU: every collective x type x op x in/out-of-place x count x root,
+// The correctness matrix on a GPU: every collective (NCCL's, and the V collectives of
+// include/purlin/purlin.h out of place) x type x op x in/out-of-place x count x root,
 // ranks as processes (fork; run under MPS when they share a GPU) or as threads of one process
 // (ncclCommInitAll), on one GPU or spread over several (--gpus), eager and CUDA-graph captured (captured once, replayed
 // three times with fresh inputs). Inputs are seeded random, outputs poisoned; the reference is the
@@ -16,6 +17,7 @@
 // filter that names no collective and when no case ran.
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <purlin/purlin.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,15 +47,24 @@ using purlin::RedOpKind;
 
 // all_to_all_v: one group of a send to and a receive from every rank (itself included), each pair
 // with its own count (see pair_count), so the ranks' calls have different largest messages.
+// purlin_*_v: the V collectives of include/purlin/purlin.h, partitions of uneven counts (some empty)
+// with gaps between them that must keep their poison (see v_count, v_pair).
 enum class Coll {
-  all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, gather, scatter, send_recv, all_to_all_v
+  all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, gather, scatter, send_recv, all_to_all_v,
+  purlin_all_gather_v, purlin_reduce_scatter_v, purlin_all_to_all_v
 };
 const char* coll_name(Coll c) {
   static const char* names[] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter",
-                                "AllToAll", "Gather", "Scatter", "SendRecv", "AllToAllV"};
+                                "AllToAll", "Gather", "Scatter", "SendRecv", "AllToAllV",
+                                "PurlinAllGatherV", "PurlinReduceScatterV", "PurlinAlltoAllV"};
   return names[static_cast<int>(c)];
 }
-bool reduces(Coll c) { return c == Coll::all_reduce || c == Coll::reduce || c == Coll::reduce_scatter; }
+bool reduces(Coll c) {
+  return c == Coll::all_reduce || c == Coll::reduce || c == Coll::reduce_scatter || c == Coll::purlin_reduce_scatter_v;
+}
+bool purlin_v(Coll c) {
+  return c == Coll::purlin_all_gather_v || c == Coll::purlin_reduce_scatter_v || c == Coll::purlin_all_to_all_v;
+}
 bool rooted(Coll c) { return c == Coll::broadcast || c == Coll::reduce || c == Coll::gather || c == Coll::scatter; }
 
 struct Options {
@@ -170,6 +181,30 @@ std::size_t recv_offset(std::size_t k, int s, int d) {
   return off;
 }
 
+// The Purlin V collectives' partitions. Rank r's partition of an AllGatherV or ReduceScatterV holds
+// v_count elements (none for ranks 1, 5, ...), rank s's message to rank d of an AlltoAllV v_pair (none
+// where s + d is 2 mod 3); each partition starts one element past the end of the one before it, and
+// that element is never written.
+std::size_t v_count(std::size_t k, int r) {
+  return r % 4 == 1 ? 0 : k * (1 + static_cast<std::size_t>(r) % 3) + static_cast<std::size_t>(r);
+}
+std::size_t v_displ(std::size_t k, int r) {
+  std::size_t off = 0;
+  for (int i = 0; i < r; ++i) off += v_count(k, i) + 1;
+  return off;
+}
+std::size_t v_pair(std::size_t k, int s, int d) { return (s + d) % 3 == 2 ? 0 : pair_count(k, s, d); }
+std::size_t v_send_displ(std::size_t k, int s, int d) {
+  std::size_t off = 0;
+  for (int i = 0; i < d; ++i) off += v_pair(k, s, i) + 1;
+  return off;
+}
+std::size_t v_recv_displ(std::size_t k, int s, int d) {
+  std::size_t off = 0;
+  for (int i = 0; i < s; ++i) off += v_pair(k, i, d) + 1;
+  return off;
+}
+
 // Buffer sizes in elements for a case on n ranks, on rank `me`.
 void extents(const Case& c, int n, int me, std::size_t* send, std::size_t* recv) {
   std::size_t k = c.count;
@@ -182,8 +217,18 @@ void extents(const Case& c, int n, int me, std::size_t* send, std::size_t* recv)
       *send = send_offset(k, me, n);
       *recv = recv_offset(k, n, me);
       break;
+    case Coll::purlin_all_gather_v: *send = v_count(k, me); *recv = v_displ(k, n); break;
+    case Coll::purlin_reduce_scatter_v: *send = v_displ(k, n); *recv = v_count(k, me); break;
+    case Coll::purlin_all_to_all_v:
+      *send = v_send_displ(k, me, n);
+      *recv = v_recv_displ(k, n, me);
+      break;
   }
 }
+
+// The byte the output buffer is poisoned with before every call, which what a collective does not
+// write must keep.
+constexpr unsigned char kPoison = 0xA5;
 
 // The expected output of rank `me`, from every rank's input (regenerated here).
 bool expected(const Case& c, int n, int me, std::uint64_t seed, std::uint64_t scalar_seed, std::vector<char>* out,
@@ -197,7 +242,7 @@ bool expected(const Case& c, int n, int me, std::uint64_t seed, std::uint64_t sc
     extents(c, n, r, &r_send, &r_recv);
     fill(c.type, seed, r, r_send, &in[r]);
   }
-  out->assign(recv_elems * es, 0);
+  out->assign(recv_elems * es, static_cast<char>(kPoison));
   *checked = true;
   // Every rank's contribution as its producer hands it over (PreMulSum: scaled by that rank's own
   // scalar), then the consumer's fold.
@@ -245,6 +290,15 @@ bool expected(const Case& c, int n, int me, std::uint64_t seed, std::uint64_t sc
         std::memcpy(out->data() + recv_offset(k, s, me) * es, in[s].data() + send_offset(k, s, me) * es,
                     pair_count(k, s, me) * es);
       break;
+    case Coll::purlin_all_gather_v:
+      for (int s = 0; s < n; ++s) std::memcpy(out->data() + v_displ(k, s) * es, in[s].data(), v_count(k, s) * es);
+      break;
+    case Coll::purlin_reduce_scatter_v: reduce_into(out->data(), v_displ(k, me), v_count(k, me)); break;
+    case Coll::purlin_all_to_all_v:
+      for (int s = 0; s < n; ++s)
+        std::memcpy(out->data() + v_recv_displ(k, s, me) * es, in[s].data() + v_send_displ(k, s, me) * es,
+                    v_pair(k, s, me) * es);
+      break;
   }
   return true;
 }
@@ -290,6 +344,28 @@ ncclResult_t issue(Rank& R, const Case& c, void* send, void* recv, ncclRedOp_t o
                  d, R.comm, R.stream);
       }
       return ncclGroupEnd();
+    }
+    case Coll::purlin_all_gather_v: case Coll::purlin_reduce_scatter_v: {
+      std::vector<std::size_t> counts(static_cast<std::size_t>(R.n)), displs(static_cast<std::size_t>(R.n));
+      for (int r = 0; r < R.n; ++r) {
+        counts[r] = v_count(c.count, r);
+        displs[r] = v_displ(c.count, r);
+      }
+      if (c.coll == Coll::purlin_all_gather_v)
+        return ncclPurlinAllGatherV(send, v_count(c.count, R.me), recv, counts.data(), displs.data(), t, R.comm,
+                                    R.stream);
+      return ncclPurlinReduceScatterV(send, counts.data(), displs.data(), recv, t, op, R.comm, R.stream);
+    }
+    case Coll::purlin_all_to_all_v: {
+      const std::size_t n = static_cast<std::size_t>(R.n);
+      std::vector<std::size_t> sc(n), sd(n), rc(n), rd(n);
+      for (int p = 0; p < R.n; ++p) {
+        sc[p] = v_pair(c.count, R.me, p);
+        sd[p] = v_send_displ(c.count, R.me, p);
+        rc[p] = v_pair(c.count, p, R.me);
+        rd[p] = v_recv_displ(c.count, p, R.me);
+      }
+      return ncclPurlinAlltoAllV(send, sc.data(), sd.data(), recv, rc.data(), rd.data(), t, R.comm, R.stream);
     }
   }
   return ncclInternalError;
@@ -339,7 +415,7 @@ void run_case(Rank& R, const Case& c, bool graph, std::uint64_t base_seed) {
     std::vector<char> in, want;
     fill(c.type, seed, R.me, send_elems, &in);
     // Inputs and poison go in on the rank's stream, so the collective sees them complete.
-    CUDA_OK(cudaMemsetAsync(buf, 0xA5, alloc, R.stream));
+    CUDA_OK(cudaMemsetAsync(buf, kPoison, alloc, R.stream));
     if (other) CUDA_OK(cudaMemsetAsync(other, 0x5A, alloc, R.stream));
     CUDA_OK(cudaMemcpyAsync(send, in.data(), send_bytes, cudaMemcpyHostToDevice, R.stream));
     std::vector<char> sc_rep;
@@ -403,13 +479,14 @@ std::vector<Case> cases(const Options& o, int n) {
   std::vector<std::size_t> counts = o.quick ? std::vector<std::size_t>{1, 1000, 65537}
                                             : std::vector<std::size_t>{1, 7, 1000, 65537, 1048579};
   const Coll colls[] = {Coll::all_reduce, Coll::broadcast, Coll::reduce, Coll::all_gather, Coll::reduce_scatter,
-                        Coll::all_to_all, Coll::gather, Coll::scatter, Coll::send_recv, Coll::all_to_all_v};
+                        Coll::all_to_all, Coll::gather, Coll::scatter, Coll::send_recv, Coll::all_to_all_v,
+                        Coll::purlin_all_gather_v, Coll::purlin_reduce_scatter_v, Coll::purlin_all_to_all_v};
   for (Coll c : colls) {
     if (!o.filter.empty() && o.filter != coll_name(c)) continue;
     // Point-to-point messages of whole 8-byte words, several per thread of a channel: the pair
     // exchange's flat form (the other counts are odd or small).
     std::vector<std::size_t> these = counts;
-    if (c == Coll::send_recv || c == Coll::all_to_all_v) these.push_back(65536);
+    if (c == Coll::send_recv || c == Coll::all_to_all_v || c == Coll::purlin_all_to_all_v) these.push_back(65536);
     for (int t = 0; t < purlin::kNumDataTypes; ++t) {
       int nops = reduces(c) ? 6 : 1;
       for (int k = 0; k < nops; ++k) {
@@ -426,7 +503,9 @@ std::vector<Case> cases(const Options& o, int n) {
             std::vector<int> roots = rooted(c) ? std::vector<int>{0, n - 1} : std::vector<int>{0};
             if (n == 1) roots = {0};
             for (int root : roots) {
-              if ((c == Coll::send_recv || c == Coll::all_to_all_v) && ip) continue;
+              // Out of place only: the V collectives take no in-place convention (an AlltoAllV in place
+              // is refused: test/shim/test_purlin_v).
+              if ((c == Coll::send_recv || c == Coll::all_to_all_v || purlin_v(c)) && ip) continue;
               out.push_back(Case{c, static_cast<DataType>(t), static_cast<RedOpKind>(k), count, root, ip == 1});
             }
           }

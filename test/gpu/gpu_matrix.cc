@@ -417,7 +417,8 @@ void run_case(Rank& R, const Case& c, bool graph, std::uint64_t base_seed) {
     // Inputs and poison go in on the rank's stream, so the collective sees them complete.
     CUDA_OK(cudaMemsetAsync(buf, kPoison, alloc, R.stream));
     if (other) CUDA_OK(cudaMemsetAsync(other, 0x5A, alloc, R.stream));
-    CUDA_OK(cudaMemcpyAsync(send, in.data(), send_bytes, cudaMemcpyHostToDevice, R.stream));
+    // A V collective's rank may send or receive nothing: no copy then.
+    if (send_bytes) CUDA_OK(cudaMemcpyAsync(send, in.data(), send_bytes, cudaMemcpyHostToDevice, R.stream));
     std::vector<char> sc_rep;
     if (device_scalar) {
       sc_rep = scalar_of(c.type, scalar_seed_of(rep), R.me);
@@ -451,7 +452,7 @@ void run_case(Rank& R, const Case& c, bool graph, std::uint64_t base_seed) {
     expected(c, R.n, R.me, seed, scalar_seed_of(rep), &want, &checked);
     if (!checked) continue;  // this rank has no output (not the root)
     std::vector<char> got(recv_bytes);
-    CUDA_OK(cudaMemcpyAsync(got.data(), recv, recv_bytes, cudaMemcpyDeviceToHost, R.stream));
+    if (recv_bytes) CUDA_OK(cudaMemcpyAsync(got.data(), recv, recv_bytes, cudaMemcpyDeviceToHost, R.stream));
     CUDA_OK(cudaStreamSynchronize(R.stream));
     std::size_t bad = 0, first = 0;
     for (std::size_t i = 0; i < recv_bytes; ++i)

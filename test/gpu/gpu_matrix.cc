@@ -169,17 +169,16 @@ std::size_t pair_count(std::size_t k, int s, int d) {
   if (s == d) return k * (s == 0 ? 5 : 1) + static_cast<std::size_t>(d);
   return k * (1 + static_cast<std::size_t>(s + 2 * d) % 3) + static_cast<std::size_t>(d);
 }
+// The sum of part(i) for i < upto: where a partition starts after the ones before it.
+template <class F>
+std::size_t prefix(int upto, F part) {
+  std::size_t off = 0;
+  for (int i = 0; i < upto; ++i) off += part(i);
+  return off;
+}
 // Where rank s's message to rank d starts in s's send buffer, and where rank d receives it.
-std::size_t send_offset(std::size_t k, int s, int d) {
-  std::size_t off = 0;
-  for (int i = 0; i < d; ++i) off += pair_count(k, s, i);
-  return off;
-}
-std::size_t recv_offset(std::size_t k, int s, int d) {
-  std::size_t off = 0;
-  for (int i = 0; i < s; ++i) off += pair_count(k, i, d);
-  return off;
-}
+std::size_t send_offset(std::size_t k, int s, int d) { return prefix(d, [&](int i) { return pair_count(k, s, i); }); }
+std::size_t recv_offset(std::size_t k, int s, int d) { return prefix(s, [&](int i) { return pair_count(k, i, d); }); }
 
 // The Purlin V collectives' partitions. Rank r's partition of an AllGatherV or ReduceScatterV holds
 // v_count elements (none for ranks 1, 5, ...), rank s's message to rank d of an AlltoAllV v_pair (none
@@ -188,22 +187,10 @@ std::size_t recv_offset(std::size_t k, int s, int d) {
 std::size_t v_count(std::size_t k, int r) {
   return r % 4 == 1 ? 0 : k * (1 + static_cast<std::size_t>(r) % 3) + static_cast<std::size_t>(r);
 }
-std::size_t v_displ(std::size_t k, int r) {
-  std::size_t off = 0;
-  for (int i = 0; i < r; ++i) off += v_count(k, i) + 1;
-  return off;
-}
 std::size_t v_pair(std::size_t k, int s, int d) { return (s + d) % 3 == 2 ? 0 : pair_count(k, s, d); }
-std::size_t v_send_displ(std::size_t k, int s, int d) {
-  std::size_t off = 0;
-  for (int i = 0; i < d; ++i) off += v_pair(k, s, i) + 1;
-  return off;
-}
-std::size_t v_recv_displ(std::size_t k, int s, int d) {
-  std::size_t off = 0;
-  for (int i = 0; i < s; ++i) off += v_pair(k, i, d) + 1;
-  return off;
-}
+std::size_t v_displ(std::size_t k, int r) { return prefix(r, [&](int i) { return v_count(k, i) + 1; }); }
+std::size_t v_send_displ(std::size_t k, int s, int d) { return prefix(d, [&](int i) { return v_pair(k, s, i) + 1; }); }
+std::size_t v_recv_displ(std::size_t k, int s, int d) { return prefix(s, [&](int i) { return v_pair(k, i, d) + 1; }); }
 
 // Buffer sizes in elements for a case on n ranks, on rank `me`.
 void extents(const Case& c, int n, int me, std::size_t* send, std::size_t* recv) {

@@ -101,6 +101,8 @@ Config read_config() {
   c.socket_ifname = env("NCCL_SOCKET_IFNAME");
   c.nvls_disabled = env("NCCL_NVLS_ENABLE") == "0";
   c.check_pointers = env("NCCL_CHECK_POINTERS") == "1";
+  // An integer as NCCL reads it: any value but 0 (text that is no number reads as 0) turns it off.
+  c.mem_manager_disabled = std::strtoll(env("NCCL_DISABLE_MEM_MANAGER").c_str(), nullptr, 0) != 0;
   c.nvls_requested = env("PURLIN_NVLS") == "1" && !c.nvls_disabled;  // NCCL_NVLS_ENABLE=0 is a hard off
 
   std::string dp = env("PURLIN_DATAPATH");

@@ -45,6 +45,7 @@ struct Config {
   bool check_pointers = false;   // NCCL_CHECK_POINTERS=1: every call asks the driver where its buffers live
   int lsa_team_size = 0;         // NCCL_LSA_TEAM_SIZE: caps the size of ncclTeamLsa's teams (0: unset)
   bool param_dump_all = false;   // NCCL_PARAM_DUMP_ALL=1|true: the parameter API lists PURLIN_ variables too
+  bool mem_manager_disabled = false;  // NCCL_DISABLE_MEM_MANAGER other than 0: ncclCommMemStats is refused
 
   // Purlin's own.
   DatapathChoice datapath = DatapathChoice::automatic;  // PURLIN_DATAPATH=sm|host|auto

@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "nccl_shim/argcheck.h"
 #include "nccl_shim/comm_work.h"
+#include "nccl_shim/fallback.h"
 #include "nccl_shim/nccl_next.h"
 #include "nccl_shim/shim.h"
 
@@ -256,10 +257,30 @@ NCCL_API(ncclResult_t, ncclCommResume, ncclComm_t comm) {
   return fail(comm, ncclInvalidUsage, "ncclCommResume: the communicator is not suspended");
 }
 
+// The device memory a communicator holds, as NCCL's memory manager counts it: all of it persists (its
+// peers map it until the communicator is destroyed), none can be suspended, and it is never
+// suspended. With NCCL_DISABLE_MEM_MANAGER set, refused as NCCL refuses it then.
 NCCL_API(ncclResult_t, ncclCommMemStats, ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value) {
-  if (ncclResult_t r = check_comm("ncclCommMemStats", comm); r != ncclSuccess) return r;
-  if (value == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommMemStats: value is NULL");
-  return fail(comm, ncclInvalidUsage,
-              fmt::format("ncclCommMemStats: memory statistics (stat {}) are not kept by this library",
-                          static_cast<int>(stat)));
+  const char* fn = "ncclCommMemStats";
+  InUse use(comm);
+  if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess || !use) return r != ncclSuccess ? r : ncclInvalidArgument;
+  if (value == nullptr) return fail(comm, ncclInvalidArgument, fmt::format("{}: value is NULL", fn));
+  if (config().mem_manager_disabled)
+    return fail(comm, ncclInvalidUsage, fmt::format("{}: not supported with NCCL_DISABLE_MEM_MANAGER set", fn));
+  const auto held = [comm] {
+    std::uint64_t bytes = comm->impl ? comm->impl->device_bytes() : 0;
+    // (An aborted communicator's real NCCL part may be going: not asked then.)
+    return comm->fallback && !comm->abort_flag.load() ? bytes + comm->fallback->device_bytes() : bytes;
+  };
+  switch (stat) {
+    case ncclStatGpuMemTotal:
+    case ncclStatGpuMemPersist:
+      *value = held();
+      return ncclSuccess;
+    case ncclStatGpuMemSuspend:
+    case ncclStatGpuMemSuspended:
+      *value = 0;
+      return ncclSuccess;
+  }
+  return fail(comm, ncclInvalidArgument, fmt::format("{}: unknown stat {}", fn, static_cast<int>(stat)));
 }

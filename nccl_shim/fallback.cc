@@ -150,6 +150,16 @@ Status Fallback::make_real(const std::vector<int>& members, int my_index, RealCo
   return Status::ok;
 }
 
+std::uint64_t Fallback::device_bytes() const {
+  std::uint64_t total = host_ ? host_->device_bytes() : 0;
+  for (RealComm* real : {all_.load(), rail_.load()}) {
+    std::uint64_t bytes = 0;
+    if (real && lib_->CommMemStats && lib_->CommMemStats(RealNccl::handle(real), ncclStatGpuMemTotal, &bytes) == ncclSuccess)
+      total += bytes;
+  }
+  return total;
+}
+
 Fallback::~Fallback() {
   // Rails first: they were made after the communicator of all ranks.
   if (RealComm* rail = rail_.exchange(nullptr)) lib_->CommDestroy(RealNccl::handle(rail));

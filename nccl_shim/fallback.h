@@ -37,6 +37,9 @@ class Fallback {
   void abort();
   // An error the real NCCL or this host's communicator reported after a call returned.
   Status async_status() const;
+  // Device memory held for this communicator beside the ncclComm's own datapath: this host's
+  // communicator's, and the real NCCL's communicators' as the real NCCL reports it (where it can).
+  std::uint64_t device_bytes() const;
 
  private:
   Fallback() = default;

@@ -14,6 +14,8 @@
 
 #include <string>
 
+#include "nccl_shim/nccl_next.h"
+
 namespace purlin::shim {
 
 // A communicator of the real library: its own ncclComm, never dereferenced here.
@@ -33,7 +35,7 @@ class RealNccl {
   static ncclComm_t handle(RealComm* comm) { return reinterpret_cast<ncclComm_t>(comm); }
 
   // nccl.h's functions, as the loaded library defines them. The last group may be null: AlltoAll,
-  // Gather and Scatter appeared in NCCL 2.28, GetLastError in 2.13.
+  // Gather and Scatter appeared in NCCL 2.28, GetLastError in 2.13, CommMemStats in 2.29.
   decltype(&::ncclGetVersion) GetVersion = nullptr;
   decltype(&::ncclGetUniqueId) GetUniqueId = nullptr;
   decltype(&::ncclCommInitRank) CommInitRank = nullptr;
@@ -56,6 +58,7 @@ class RealNccl {
   decltype(&::ncclAlltoAll) AlltoAll = nullptr;
   decltype(&::ncclGather) Gather = nullptr;
   decltype(&::ncclScatter) Scatter = nullptr;
+  decltype(&::ncclCommMemStats) CommMemStats = nullptr;
 
  private:
   RealNccl() = default;

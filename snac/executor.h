@@ -2,6 +2,7 @@
 // Each datapath binds the protocol templates to its Atom in one executor file.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -25,6 +26,9 @@ class Executor {
   virtual const char* datapath() const = 0;
   // The plan name of the last op executed, e.g. "AllReduce_RSxPull_AGxPull" (logs, benchmarks).
   virtual std::string last_plan() const = 0;
+  // The device memory this datapath allocated for the communicator and holds now, in bytes (the
+  // peers' memory it maps is theirs, not counted). ncclCommMemStats reports it.
+  virtual std::uint64_t device_bytes() const { return 0; }
   // An error a datapath found after the call returned (a kernel that timed out or was aborted).
   virtual Status async_status() const { return Status::ok; }
   // The mismatch a peer reported to this rank (invalid_usage), where this datapath can tell: from its

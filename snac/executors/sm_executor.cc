@@ -107,15 +107,14 @@ class SmExecutor final : public Executor {
     legs_off_ = zs_off_ + sizeof(std::uint64_t) * kZeroStagingWords;
     const std::uint64_t window_bytes = legs_off_ + sizeof(std::uint64_t) * kZeroStagingLegWords;
     PURLIN_TRY(alloc_window(boot, window_bytes));
-    PURLIN_TRY(cuda::alloc(sizeof(LocalState) * channels_, reinterpret_cast<void**>(&state_)));
+    PURLIN_TRY(hold(sizeof(LocalState) * channels_, &state_));
     scratch_bytes_ = (static_cast<std::uint64_t>(n) + 1) * policy_.latency_max_bytes + 256;
-    PURLIN_TRY(cuda::alloc(scratch_bytes_ * channels_, reinterpret_cast<void**>(&scratch_)));
-    PURLIN_TRY(cuda::alloc(sizeof(unsigned) * channels_, reinterpret_cast<void**>(&done_)));
-    PURLIN_TRY(cuda::alloc(sizeof(std::uint64_t) * kZeroStagingMaxCtas, reinterpret_cast<void**>(&zs_calls_)));
-    PURLIN_TRY(cuda::alloc(sizeof(std::uint64_t) * kZeroStagingLegCounters, reinterpret_cast<void**>(&leg_calls_)));
+    PURLIN_TRY(hold(scratch_bytes_ * channels_, &scratch_));
+    PURLIN_TRY(hold(sizeof(unsigned) * channels_, &done_));
+    PURLIN_TRY(hold(sizeof(std::uint64_t) * kZeroStagingMaxCtas, &zs_calls_));
+    PURLIN_TRY(hold(sizeof(std::uint64_t) * kZeroStagingLegCounters, &leg_calls_));
     if (!config().stamps_path.empty())
-      PURLIN_TRY(cuda::alloc(sizeof(std::uint64_t) * kZeroStagingStampCalls * kZeroStagingMaxCtas * kZeroStagingStamps,
-                             reinterpret_cast<void**>(&zs_stamps_)));
+      PURLIN_TRY(hold(sizeof(std::uint64_t) * kZeroStagingStampCalls * kZeroStagingMaxCtas * kZeroStagingStamps, &zs_stamps_));
     void* flags_dev = nullptr;
     PURLIN_TRY(cuda::host_mapped_alloc(2 * sizeof(int), &flags_host_, &flags_dev));
     abort_host_ = static_cast<volatile int*>(flags_host_);
@@ -184,16 +183,16 @@ class SmExecutor final : public Executor {
     std::vector<Window> windows(static_cast<std::size_t>(n) * channels_);
     for (int c = 0; c < channels_; ++c)
       for (int r = 0; r < n; ++r) windows[c * n + r] = Window::at(bases[r] + c * geo_.total, geo_);
-    PURLIN_TRY(cuda::alloc(sizeof(Window) * windows.size(), reinterpret_cast<void**>(&windows_dev_)));
+    PURLIN_TRY(hold(sizeof(Window) * windows.size(), &windows_dev_));
     PURLIN_TRY(cuda::check(cudaMemcpy(windows_dev_, windows.data(), sizeof(Window) * windows.size(), cudaMemcpyHostToDevice),
                            "cudaMemcpy(windows)"));
     if (exchange_bytes_) {
       std::vector<atom::LLPacket*> inbox(static_cast<std::size_t>(n));
       for (int r = 0; r < n; ++r) inbox[r] = reinterpret_cast<atom::LLPacket*>(bases[r] + exchange_off_);
-      PURLIN_TRY(cuda::alloc(sizeof(atom::LLPacket*) * n, reinterpret_cast<void**>(&inbox_dev_)));
+      PURLIN_TRY(hold(sizeof(atom::LLPacket*) * n, &inbox_dev_));
       PURLIN_TRY(cuda::check(cudaMemcpy(inbox_dev_, inbox.data(), sizeof(atom::LLPacket*) * n, cudaMemcpyHostToDevice),
                              "cudaMemcpy(exchange boxes)"));
-      PURLIN_TRY(cuda::alloc(sizeof(std::uint64_t) * kExchangeMaxChannels, reinterpret_cast<void**>(&exchange_epoch_)));
+      PURLIN_TRY(hold(sizeof(std::uint64_t) * kExchangeMaxChannels, &exchange_epoch_));
       if (pair_bytes_) {
         std::vector<atom::LLPacket*> pbox(static_cast<std::size_t>(n));
         std::vector<std::uint64_t*> acks(static_cast<std::size_t>(n));
@@ -201,19 +200,18 @@ class SmExecutor final : public Executor {
           pbox[r] = reinterpret_cast<atom::LLPacket*>(bases[r] + pair_off_);
           acks[r] = reinterpret_cast<std::uint64_t*>(bases[r] + acks_off_);
         }
-        PURLIN_TRY(cuda::alloc(sizeof(atom::LLPacket*) * n, reinterpret_cast<void**>(&pbox_dev_)));
-        PURLIN_TRY(cuda::alloc(sizeof(std::uint64_t*) * n, reinterpret_cast<void**>(&acks_dev_)));
+        PURLIN_TRY(hold(sizeof(atom::LLPacket*) * n, &pbox_dev_));
+        PURLIN_TRY(hold(sizeof(std::uint64_t*) * n, &acks_dev_));
         PURLIN_TRY(cuda::check(cudaMemcpy(pbox_dev_, pbox.data(), sizeof(atom::LLPacket*) * n, cudaMemcpyHostToDevice),
                                "cudaMemcpy(pair boxes)"));
         PURLIN_TRY(cuda::check(cudaMemcpy(acks_dev_, acks.data(), sizeof(std::uint64_t*) * n, cudaMemcpyHostToDevice),
                                "cudaMemcpy(pair acks)"));
         const std::size_t counts = sizeof(std::uint64_t) * static_cast<std::size_t>(n) * kExchangeMaxChannels;
-        PURLIN_TRY(cuda::alloc(counts, reinterpret_cast<void**>(&pair_sent_)));
-        PURLIN_TRY(cuda::alloc(counts, reinterpret_cast<void**>(&pair_taken_)));
+        PURLIN_TRY(hold(counts, &pair_sent_));
+        PURLIN_TRY(hold(counts, &pair_taken_));
       }
       if (!config().stamps_path.empty())
-        PURLIN_TRY(cuda::alloc(sizeof(std::uint64_t) * kExchangeStamps * kExchangeStampCalls,
-                               reinterpret_cast<void**>(&stamps_)));
+        PURLIN_TRY(hold(sizeof(std::uint64_t) * kExchangeStamps * kExchangeStampCalls, &stamps_));
     }
     // cudaMemset of the allocations above runs on the legacy stream: finish it before any kernel.
     PURLIN_TRY(cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
@@ -557,6 +555,7 @@ class SmExecutor final : public Executor {
     if (abort_host_) *abort_host_ = 1;
   }
   const char* datapath() const override { return "sm"; }
+  std::uint64_t device_bytes() const override { return held_.load(std::memory_order_relaxed); }
   std::string last_plan() const override {
     if (last_local_.load(std::memory_order_relaxed)) return "OneRank_copy";
     if (last_zero_staging_.load(std::memory_order_relaxed))
@@ -1014,6 +1013,7 @@ class SmExecutor final : public Executor {
     if (copy_) retired_.push_back(copy_);
     copy_ = static_cast<char*>(fresh);
     copy_bytes_ = bytes;
+    held_ += bytes;  // the replaced buffer stays held too
     return Status::ok;
   }
 
@@ -1043,9 +1043,18 @@ class SmExecutor final : public Executor {
     if (!mailbox_) {
       if (own_vmm_.ptr) cuda::vmm_free(&own_vmm_);
       PURLIN_TRY(s);
-      return cuda::alloc(bytes, &window_);
+      return hold(bytes, &window_);
     }
     window_ = own_vmm_.ptr;
+    held_ += own_vmm_.bytes;
+    return Status::ok;
+  }
+
+  // Zero-filled device memory of this communicator (cuda::alloc), counted in device_bytes().
+  template <class T>
+  Status hold(std::size_t bytes, T** ptr) {
+    PURLIN_TRY(cuda::alloc(bytes, reinterpret_cast<void**>(ptr)));
+    held_ += bytes;
     return Status::ok;
   }
 
@@ -1097,6 +1106,7 @@ class SmExecutor final : public Executor {
   std::uint64_t* zs_calls_ = nullptr;
   char* copy_ = nullptr;
   std::uint64_t copy_bytes_ = 0;
+  std::atomic<std::uint64_t> held_{0};  // device_bytes(): every allocation above, retired copies too
   void* flags_host_ = nullptr;
   volatile int* abort_host_ = nullptr;
   volatile int* error_host_ = nullptr;

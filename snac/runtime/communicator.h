@@ -52,6 +52,8 @@ class Communicator {
   int device() const { return device_; }
   const char* datapath() const { return executor_ ? executor_->datapath() : "none"; }
   std::string last_plan() const { return executor_ ? executor_->last_plan() : std::string(); }
+  // Device memory the datapath holds for this communicator, in bytes (0 without one).
+  std::uint64_t device_bytes() const { return executor_ ? executor_->device_bytes() : 0; }
   Bootstrap& bootstrap() { return *bootstrap_; }
   // Which host each rank is on.
   const HostLayout& layout() const { return layout_; }

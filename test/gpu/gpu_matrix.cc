@@ -34,6 +34,7 @@
 #include "atom/host/reduce_host.h"
 #include "core/numeric.h"
 #include "core/types.h"
+#include "nccl_shim/nccl_next.h"
 #include "test/common/chains.h"
 #include "test/common/cuda_ok.h"
 #include "test/common/loopback.h"
@@ -628,9 +629,27 @@ void allocate(Rank& R, const Options& o) {
   alloc(reinterpret_cast<void**>(&R.chain), chain_most);
 }
 
+// The communicator reports the device memory it holds, all of it persistent (ncclCommMemStats, as
+// NCCL's memory manager answers it).
+void check_mem_stats(Rank& R) {
+  std::uint64_t total = 0, persist = 0, suspend = 1;
+  const bool called = ncclCommMemStats(R.comm, ncclStatGpuMemTotal, &total) == ncclSuccess &&
+                      ncclCommMemStats(R.comm, ncclStatGpuMemPersist, &persist) == ncclSuccess &&
+                      ncclCommMemStats(R.comm, ncclStatGpuMemSuspend, &suspend) == ncclSuccess;
+  if (called && total > 0 && total == persist && suspend == 0) {
+    R.passed++;
+    return;
+  }
+  R.failed++;
+  std::printf("FAIL rank %d ncclCommMemStats: %s, total %llu, persist %llu, suspendable %llu\n", R.me,
+              called ? "answered" : ncclGetLastError(R.comm), static_cast<unsigned long long>(total),
+              static_cast<unsigned long long>(persist), static_cast<unsigned long long>(suspend));
+}
+
 void run_rank(Rank& R, const Options& o) {
   std::vector<Case> all = cases(o, R.n);
   if (!R.buf) allocate(R, o);
+  check_mem_stats(R);
   std::uint64_t seed = 1;
   for (const Case& c : all) {
     run_case(R, c, false, seed);

@@ -94,9 +94,24 @@ void communicator_calls(ncclComm_t comm, const std::string& log_file) {
   expect(ncclCommSuspend(comm, NCCL_SUSPEND_MEM), ncclInvalidUsage, "ncclCommSuspend", "NCCL_SUSPEND_MEM");
   expect(ncclCommResume(comm), ncclInvalidUsage, "ncclCommResume", "not suspended");
   expect(ncclCommSuspend(nullptr, 0), ncclInvalidArgument, "ncclCommSuspend", "comm NULL");
-  std::uint64_t value = 7;
+
+  // Memory statistics, as NCCL's memory manager answers them: the device memory the communicator
+  // holds, all of it persistent (none on the host datapath, some on a GPU), never suspended.
+  std::uint64_t total = 7, persist = 7, suspend = 7, suspended = 7, value = 7;
+  expect(ncclCommMemStats(comm, ncclStatGpuMemTotal, &total), ncclSuccess, "ncclCommMemStats", "total");
+  expect(ncclCommMemStats(comm, ncclStatGpuMemPersist, &persist), ncclSuccess, "ncclCommMemStats", "persist");
+  expect(ncclCommMemStats(comm, ncclStatGpuMemSuspend, &suspend), ncclSuccess, "ncclCommMemStats", "suspend");
+  expect(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &suspended), ncclSuccess, "ncclCommMemStats", "suspended");
+  check(total == persist + suspend, "ncclCommMemStats: total " + std::to_string(total) + " is not persist " +
+                                        std::to_string(persist) + " + suspend " + std::to_string(suspend));
+  check(suspend == 0 && suspended == 0, "ncclCommMemStats: suspendable " + std::to_string(suspend) + ", suspended " +
+                                            std::to_string(suspended) + " (wanted 0 and 0)");
+  check(device < 0 ? total == 0 : total > 0,
+        "ncclCommMemStats: total " + std::to_string(total) + " on device " + std::to_string(device));
   expect(ncclCommMemStats(comm, ncclStatGpuMemTotal, nullptr), ncclInvalidArgument, "ncclCommMemStats", "value NULL");
-  expect(ncclCommMemStats(comm, ncclStatGpuMemTotal, &value), ncclInvalidUsage, "ncclCommMemStats", "not kept");
+  expect(ncclCommMemStats(comm, static_cast<ncclCommMemStat_t>(999), &value), ncclInvalidArgument, "ncclCommMemStats",
+         "unknown stat");
+  expect(ncclCommMemStats(nullptr, ncclStatGpuMemTotal, &value), ncclInvalidArgument, "ncclCommMemStats", "comm NULL");
 
   // Growing: NCCL's argument checks, then refused.
   ncclUniqueId id;
@@ -200,7 +215,10 @@ void parameters(bool dump_all) {
   ::setenv("NCCL_DEBUG", "INFO", 1);
   ::setenv("NCCL_DEBUG_SUBSYS", "ENV", 1);
   ::setenv("PURLIN_TIMEOUT", "45", 1);
-  if (dump_all) ::setenv("NCCL_PARAM_DUMP_ALL", "true", 1);
+  if (dump_all) {
+    ::setenv("NCCL_PARAM_DUMP_ALL", "true", 1);
+    ::setenv("NCCL_DISABLE_MEM_MANAGER", "1", 1);
+  }
   exported();
   parameters(dump_all);
   ncclUniqueId id;
@@ -215,9 +233,13 @@ void parameters(bool dump_all) {
     if (fd >= 0) ::close(fd);
     communicator_calls(comm, file);
     ::unlink(file);
+  } else {
+    std::uint64_t value = 7;
+    expect(ncclCommMemStats(comm, ncclStatGpuMemTotal, &value), ncclInvalidUsage, "ncclCommMemStats",
+           "NCCL_DISABLE_MEM_MANAGER=1");
   }
   check(ncclCommDestroy(comm) == ncclSuccess, "ncclCommDestroy");
-  std::printf("%s: %d passed, %d failed\n", dump_all ? "NCCL_PARAM_DUMP_ALL=true" : "default", g_passed, g_failed);
+  std::printf("%s: %d passed, %d failed\n", dump_all ? "NCCL_PARAM_DUMP_ALL=true NCCL_DISABLE_MEM_MANAGER=1" : "default", g_passed, g_failed);
   std::fflush(stdout);
   std::_Exit(g_failed == 0 && g_passed > 0 ? 0 : 1);
 }

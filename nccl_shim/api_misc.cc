@@ -16,7 +16,12 @@ namespace purlin::shim {
 using namespace purlin;
 using namespace purlin::shim;
 
+// NCCL 2.30's ncclTimeout (a device API wait that timed out), past the enum of the nccl.h built
+// against.
+constexpr int kNcclTimeout = 8;
+
 NCCL_API(const char*, ncclGetErrorString, ncclResult_t result) {
+  if (static_cast<int>(result) == kNcclTimeout) return "timeout";
   switch (result) {
     case ncclSuccess: return "no error";
     case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";

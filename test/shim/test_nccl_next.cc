@@ -63,6 +63,15 @@ void exported() {
   }
 }
 
+// NCCL 2.30's result code ncclTimeout (8) has its string; the codes past it are unknown, as in
+// NCCL 2.30.7.
+void error_strings() {
+  const std::string timeout = ncclGetErrorString(static_cast<ncclResult_t>(8));
+  check(timeout == "timeout", "ncclGetErrorString(8) is \"" + timeout + "\", not \"timeout\"");
+  const std::string past = ncclGetErrorString(static_cast<ncclResult_t>(9));
+  check(past == "unknown result code", "ncclGetErrorString(9) is \"" + past + "\"");
+}
+
 void communicator_calls(ncclComm_t comm, const std::string& log_file) {
   // Windows: a communicator without windows answers NULL (host datapath), as NCCL without symmetric
   // memory; a NULL output is an invalid argument.
@@ -220,6 +229,7 @@ void parameters(bool dump_all) {
     ::setenv("NCCL_DISABLE_MEM_MANAGER", "1", 1);
   }
   exported();
+  error_strings();
   parameters(dump_all);
   ncclUniqueId id;
   ncclComm_t comm = nullptr;

@@ -263,19 +263,17 @@ NCCL_API(ncclResult_t, ncclCommResume, ncclComm_t comm) {
 NCCL_API(ncclResult_t, ncclCommMemStats, ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value) {
   const char* fn = "ncclCommMemStats";
   InUse use(comm);
-  if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess || !use) return r != ncclSuccess ? r : ncclInvalidArgument;
+  if (!use) return check_comm(fn, comm);
+  if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess) return r;
   if (value == nullptr) return fail(comm, ncclInvalidArgument, fmt::format("{}: value is NULL", fn));
   if (config().mem_manager_disabled)
     return fail(comm, ncclInvalidUsage, fmt::format("{}: not supported with NCCL_DISABLE_MEM_MANAGER set", fn));
-  const auto held = [comm] {
-    std::uint64_t bytes = comm->impl ? comm->impl->device_bytes() : 0;
-    // (An aborted communicator's real NCCL part may be going: not asked then.)
-    return comm->fallback && !comm->abort_flag.load() ? bytes + comm->fallback->device_bytes() : bytes;
-  };
   switch (stat) {
     case ncclStatGpuMemTotal:
     case ncclStatGpuMemPersist:
-      *value = held();
+      *value = comm->impl ? comm->impl->device_bytes() : 0;
+      // An aborted communicator's real NCCL part may be going: it is not asked then.
+      if (comm->fallback && !comm->abort_flag.load()) *value += comm->fallback->device_bytes();
       return ncclSuccess;
     case ncclStatGpuMemSuspend:
     case ncclStatGpuMemSuspended:

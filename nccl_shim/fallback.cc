@@ -154,7 +154,8 @@ std::uint64_t Fallback::device_bytes() const {
   std::uint64_t total = host_ ? host_->device_bytes() : 0;
   for (RealComm* real : {all_.load(), rail_.load()}) {
     std::uint64_t bytes = 0;
-    if (real && lib_->CommMemStats && lib_->CommMemStats(RealNccl::handle(real), ncclStatGpuMemTotal, &bytes) == ncclSuccess)
+    if (real && lib_->CommMemStats &&
+        lib_->CommMemStats(RealNccl::handle(real), ncclStatGpuMemTotal, &bytes) == ncclSuccess)
       total += bytes;
   }
   return total;

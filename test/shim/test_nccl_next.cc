@@ -249,7 +249,8 @@ void parameters(bool dump_all) {
            "NCCL_DISABLE_MEM_MANAGER=1");
   }
   check(ncclCommDestroy(comm) == ncclSuccess, "ncclCommDestroy");
-  std::printf("%s: %d passed, %d failed\n", dump_all ? "NCCL_PARAM_DUMP_ALL=true NCCL_DISABLE_MEM_MANAGER=1" : "default", g_passed, g_failed);
+  std::printf("%s: %d passed, %d failed\n", dump_all ? "NCCL_PARAM_DUMP_ALL=true NCCL_DISABLE_MEM_MANAGER=1" : "default",
+              g_passed, g_failed);
   std::fflush(stdout);
   std::_Exit(g_failed == 0 && g_passed > 0 ? 0 : 1);
 }

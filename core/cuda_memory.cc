@@ -76,29 +76,42 @@ CUmemAllocationProp allocation_prop(int device) {
   return prop;
 }
 
+// Maps `handle` at the reserved range [base, base + bytes) and lets `device` read and write it.
+Status map_at(int device, unsigned long long handle, CUdeviceptr base, std::size_t bytes) {
+  const Vmm& v = vmm();
+  PURLIN_TRY(drv(v.map(base, bytes, 0, handle, 0), "cuMemMap"));
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  Status s = drv(v.set_access(base, bytes, &access, 1), "cuMemSetAccess");
+  if (s != Status::ok) v.unmap(base, bytes);
+  return s;
+}
+
 // Reserves an address range for `handle`, maps it and lets `device` read and write it.
 Status map_for(int device, unsigned long long handle, std::size_t bytes, VmmMapping* out) {
   const Vmm& v = vmm();
   CUdeviceptr base = 0;
   PURLIN_TRY(drv(v.reserve(&base, bytes, 0, 0, 0), "cuMemAddressReserve"));
-  Status s = drv(v.map(base, bytes, 0, handle, 0), "cuMemMap");
-  if (s != Status::ok) {
-    v.address_free(base, bytes);
-    return s;
-  }
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = device;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  s = drv(v.set_access(base, bytes, &access, 1), "cuMemSetAccess");
-  if (s != Status::ok) {
-    v.unmap(base, bytes);
+  if (Status s = map_at(device, handle, base, bytes); s != Status::ok) {
     v.address_free(base, bytes);
     return s;
   }
   out->ptr = reinterpret_cast<void*>(base);
   out->bytes = bytes;
   out->handle = handle;
+  return Status::ok;
+}
+
+Status import_handle(int fd, unsigned long long* handle) {
+  const Vmm& v = vmm();
+  if (!v.found) return fail(Status::cuda_error, "cuMem: the driver's virtual memory functions were not found");
+  CUmemGenericAllocationHandle h = 0;
+  PURLIN_TRY(drv(v.import_handle(&h, reinterpret_cast<void*>(static_cast<std::uintptr_t>(fd)),
+                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                 "cuMemImportFromShareableHandle"));
+  *handle = h;
   return Status::ok;
 }
 
@@ -191,25 +204,54 @@ Status vmm_export_fd(const VmmMapping& m, int* fd) {
 }
 
 Status vmm_import_fd(int fd, std::size_t bytes, int device, VmmMapping* out) {
-  const Vmm& v = vmm();
-  if (!v.found) return fail(Status::cuda_error, "cuMem: the driver's virtual memory functions were not found");
-  CUmemGenericAllocationHandle handle = 0;
-  PURLIN_TRY(drv(v.import_handle(&handle, reinterpret_cast<void*>(static_cast<std::uintptr_t>(fd)),
-                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-                 "cuMemImportFromShareableHandle"));
+  unsigned long long handle = 0;
+  PURLIN_TRY(import_handle(fd, &handle));
   Status s = map_for(device, handle, bytes, out);
-  if (s != Status::ok) v.release(handle);
+  if (s != Status::ok) vmm().release(handle);
   return s;
 }
 
 void vmm_free(VmmMapping* m) {
   if (m->ptr == nullptr) return;
-  const Vmm& v = vmm();
-  const auto base = reinterpret_cast<CUdeviceptr>(m->ptr);
-  v.unmap(base, m->bytes);
-  v.address_free(base, m->bytes);
-  v.release(m->handle);
+  vmm_unmap(m);
+  vmm().address_free(reinterpret_cast<CUdeviceptr>(m->ptr), m->bytes);
   *m = VmmMapping{};
+}
+
+void vmm_unmap(VmmMapping* m) {
+  if (m->ptr == nullptr || m->handle == 0) return;
+  const Vmm& v = vmm();
+  v.unmap(reinterpret_cast<CUdeviceptr>(m->ptr), m->bytes);
+  v.release(m->handle);
+  m->handle = 0;
+}
+
+Status vmm_remap(int device, VmmMapping* m) {
+  const Vmm& v = vmm();
+  if (!v.found) return fail(Status::cuda_error, "cuMem: the driver's virtual memory functions were not found");
+  if (m->ptr == nullptr || m->handle != 0) return fail(Status::internal_error, "vmm_remap: the range is not unmapped");
+  const CUmemAllocationProp prop = allocation_prop(device);
+  CUmemGenericAllocationHandle handle = 0;
+  PURLIN_TRY(drv(v.create(&handle, m->bytes, &prop, 0), "cuMemCreate"));
+  if (Status s = map_at(device, handle, reinterpret_cast<CUdeviceptr>(m->ptr), m->bytes); s != Status::ok) {
+    v.release(handle);
+    return s;
+  }
+  m->handle = handle;
+  return Status::ok;
+}
+
+Status vmm_import_fd_at(int fd, int device, VmmMapping* m) {
+  if (m->ptr == nullptr || m->handle != 0)
+    return fail(Status::internal_error, "vmm_import_fd_at: the range is not unmapped");
+  unsigned long long handle = 0;
+  PURLIN_TRY(import_handle(fd, &handle));
+  if (Status s = map_at(device, handle, reinterpret_cast<CUdeviceptr>(m->ptr), m->bytes); s != Status::ok) {
+    vmm().release(handle);
+    return s;
+  }
+  m->handle = handle;
+  return Status::ok;
 }
 
 Status describe_buffer(const void* ptr, std::size_t bytes, BufferShare* out) {

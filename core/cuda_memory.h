@@ -41,8 +41,21 @@ Status vmm_export_fd(const VmmMapping& m, int* fd);
 // Maps the allocation behind a peer's descriptor (`bytes` as the peer allocated it) for `device`.
 // The descriptor stays the caller's.
 Status vmm_import_fd(int fd, std::size_t bytes, int device, VmmMapping* out);
-// Unmaps and drops this process's reference (exported or imported).
+// Unmaps and drops this process's reference (exported or imported), and gives back the address
+// range; a mapping that vmm_unmap left empty gives back its range only.
 void vmm_free(VmmMapping* m);
+// Suspending memory: unmaps the physical memory and drops this process's reference to it (handle 0)
+// but keeps the address range reserved, so that pointers into it (kernel arguments, captured graphs)
+// name the memory mapped there again by vmm_remap or vmm_import_fd_at. The physical memory is freed
+// once every process that mapped it has done this.
+void vmm_unmap(VmmMapping* m);
+// Maps new physical memory of the mapping's size on `device` at its reserved range (after
+// vmm_unmap), for `device`; its contents are undefined.
+Status vmm_remap(int device, VmmMapping* m);
+// Maps the allocation behind a peer's descriptor at the mapping's reserved range (after vmm_unmap),
+// for `device`. The peer's allocation must be the size of the range. The descriptor stays the
+// caller's.
+Status vmm_import_fd_at(int fd, int device, VmmMapping* m);
 // Lets kernels of every other device that has peer access to `device` read and write the mapping
 // too (a mapping is accessible only to its own device at first), as NCCL grants for ncclMemAlloc.
 Status vmm_grant_peers(const VmmMapping& m, int device);

@@ -17,6 +17,7 @@
 #include "nccl_shim/argcheck.h"
 #include "nccl_shim/comm_work.h"
 #include "nccl_shim/fallback.h"
+#include "nccl_shim/group.h"
 #include "nccl_shim/nccl_next.h"
 #include "nccl_shim/shim.h"
 
@@ -241,25 +242,65 @@ NCCL_API(ncclResult_t, ncclWinGetUserPtr, ncclComm_t comm, ncclWindow_t win, voi
                                                    static_cast<const void*>(win)));
 }
 
-// A communicator's memory is mapped by its peers for as long as it lives, so none of it can be
-// released and brought back: suspending memory is refused as NCCL refuses it without its memory
-// manager, and nothing is ever suspended to resume.
+namespace {
+
+// Suspend and resume wait for every rank: inside a group they run at the outermost ncclGroupEnd
+// (one thread may hold several ranks), after the calls on the same communicator deferred before
+// them; on a non-blocking communicator, in the background.
+ncclResult_t memory_work(const char* fn, ncclComm* comm, Status (snac::Communicator::*step)()) {
+  auto work = [fn, comm, serial = comm->serial, step]() -> ncclResult_t {
+    InUse use(comm, serial);
+    if (!use) return fail(nullptr, ncclInvalidArgument, fmt::format("{}: the communicator was destroyed", fn));
+    const Status s = (comm->impl.get()->*step)();
+    return s == Status::ok ? ncclSuccess : propagate(comm, adopt_error(s, fmt::format("{}: {}", fn, last_error())));
+  };
+  if (comm->blocking && group_depth() > 0) {
+    defer(std::move(work), nullptr, comm);
+    return ncclSuccess;
+  }
+  return run_work(comm, std::move(work));
+}
+
+// What suspending needs beyond a usable communicator, as NCCL checks it.
+ncclResult_t check_suspend(const char* fn, ncclComm* comm) {
+  if (config().mem_manager_disabled)
+    return fail(comm, ncclInvalidUsage, fmt::format("{}: not supported with NCCL_DISABLE_MEM_MANAGER set", fn));
+  if (comm->fallback)
+    return fail(comm, ncclInvalidUsage,
+                fmt::format("{}: not supported on a communicator whose work goes to the real NCCL (its ranks span hosts)", fn));
+  return ncclSuccess;
+}
+
+}  // namespace
+
+// Suspending memory, as NCCL's memory manager: a collective call that waits for the work of every
+// rank, then gives back the GPU datapath's suspendable memory (ncclStatGpuMemSuspend) until
+// ncclCommResume, which maps it again at the same addresses (captured graphs replay unchanged). No
+// collective runs in between: one is refused with ncclInvalidUsage, and the communicator stays
+// usable.
 NCCL_API(ncclResult_t, ncclCommSuspend, ncclComm_t comm, int flags) {
-  if (ncclResult_t r = check_comm("ncclCommSuspend", comm); r != ncclSuccess) return r;
+  const char* fn = "ncclCommSuspend";
+  if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess) return r;
   if ((flags & NCCL_SUSPEND_MEM) == 0) return ncclSuccess;  // nothing else can be suspended
-  return fail(comm, ncclInvalidUsage,
-              "ncclCommSuspend: releasing a communicator's memory (NCCL_SUSPEND_MEM) is not supported by this "
-              "library: its peers map that memory until the communicator is destroyed");
+  if (ncclResult_t r = check_suspend(fn, comm); r != ncclSuccess) return r;
+  // (Inside a group the state is checked when the group ends, after the calls before this one.)
+  if (group_depth() == 0 && comm->impl->suspended())
+    return fail(comm, ncclInvalidUsage, "ncclCommSuspend: the communicator is suspended already");
+  return memory_work(fn, comm, &snac::Communicator::suspend);
 }
 
 NCCL_API(ncclResult_t, ncclCommResume, ncclComm_t comm) {
-  if (ncclResult_t r = check_comm("ncclCommResume", comm); r != ncclSuccess) return r;
-  return fail(comm, ncclInvalidUsage, "ncclCommResume: the communicator is not suspended");
+  const char* fn = "ncclCommResume";
+  if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_suspend(fn, comm); r != ncclSuccess) return r;
+  if (group_depth() == 0 && !comm->impl->suspended())
+    return fail(comm, ncclInvalidUsage, "ncclCommResume: the communicator is not suspended");
+  return memory_work(fn, comm, &snac::Communicator::resume);
 }
 
-// The device memory a communicator holds, as NCCL's memory manager counts it: all of it persists (its
-// peers map it until the communicator is destroyed), none can be suspended, and it is never
-// suspended. With NCCL_DISABLE_MEM_MANAGER set, refused as NCCL refuses it then.
+// The device memory a communicator holds, as NCCL's memory manager counts it: the GPU datapath's
+// window where its peers map it by cuMem descriptors can be suspended, the rest persists. With
+// NCCL_DISABLE_MEM_MANAGER set, refused as NCCL refuses it then.
 NCCL_API(ncclResult_t, ncclCommMemStats, ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value) {
   const char* fn = "ncclCommMemStats";
   InUse use(comm);
@@ -268,16 +309,20 @@ NCCL_API(ncclResult_t, ncclCommMemStats, ncclComm_t comm, ncclCommMemStat_t stat
   if (value == nullptr) return fail(comm, ncclInvalidArgument, fmt::format("{}: value is NULL", fn));
   if (config().mem_manager_disabled)
     return fail(comm, ncclInvalidUsage, fmt::format("{}: not supported with NCCL_DISABLE_MEM_MANAGER set", fn));
+  const std::uint64_t suspendable = comm->impl ? comm->impl->suspendable_bytes() : 0;
   switch (stat) {
     case ncclStatGpuMemTotal:
     case ncclStatGpuMemPersist:
       *value = comm->impl ? comm->impl->device_bytes() : 0;
       // An aborted communicator's real NCCL part may be going: it is not asked then.
       if (comm->fallback && !comm->abort_flag.load()) *value += comm->fallback->device_bytes();
+      if (stat == ncclStatGpuMemPersist) *value -= suspendable;
       return ncclSuccess;
     case ncclStatGpuMemSuspend:
+      *value = suspendable;
+      return ncclSuccess;
     case ncclStatGpuMemSuspended:
-      *value = 0;
+      *value = comm->impl && comm->impl->suspended() ? 1 : 0;
       return ncclSuccess;
   }
   return fail(comm, ncclInvalidArgument, fmt::format("{}: unknown stat {}", fn, static_cast<int>(stat)));

@@ -178,27 +178,37 @@ ncclResult_t all_to_all_v_args(const CollCheck& c, const size_t* sendcounts, con
   return parts_apart(c, size_of(*type), sendcounts, sdispls, recvcounts, rdispls);
 }
 
+// check_comm, and a suspended communicator, which runs no collective until ncclCommResume. Inside a
+// group suspension is judged when the group ends, after the group's own suspend and resume.
+ncclResult_t check_caller(const CollCheck& c) {
+  if (ncclResult_t r = check_comm(c.fn, c.comm); r != ncclSuccess) return r;
+  if (group_depth() == 0 && c.comm->impl && c.comm->impl->suspended())
+    return fail(c.comm, ncclInvalidUsage,
+                fmt::format("{}: the communicator is suspended (ncclCommSuspend); ncclCommResume it first", c.fn));
+  return ncclSuccess;
+}
+
 }  // namespace
 
 ncclResult_t check_coll(const CollCheck& c, DataType* type, ReduceOp* op) {
-  if (ncclResult_t r = check_comm(c.fn, c.comm); r != ncclSuccess) return group_failed(r);
+  if (ncclResult_t r = check_caller(c); r != ncclSuccess) return group_failed(r);
   return refuse(c.comm, check_coll_args(c, type, op));
 }
 
 ncclResult_t check_all_gather_v(const CollCheck& c, const size_t* recvcounts, const size_t* displs, DataType* type) {
-  if (ncclResult_t r = check_comm(c.fn, c.comm); r != ncclSuccess) return group_failed(r);
+  if (ncclResult_t r = check_caller(c); r != ncclSuccess) return group_failed(r);
   return refuse(c.comm, all_gather_v_args(c, recvcounts, displs, type));
 }
 
 ncclResult_t check_reduce_scatter_v(const CollCheck& c, const size_t* recvcounts, const size_t* senddispls,
                                     DataType* type, ReduceOp* op) {
-  if (ncclResult_t r = check_comm(c.fn, c.comm); r != ncclSuccess) return group_failed(r);
+  if (ncclResult_t r = check_caller(c); r != ncclSuccess) return group_failed(r);
   return refuse(c.comm, reduce_scatter_v_args(c, recvcounts, senddispls, type, op));
 }
 
 ncclResult_t check_all_to_all_v(const CollCheck& c, const size_t* sendcounts, const size_t* sdispls,
                                 const size_t* recvcounts, const size_t* rdispls, DataType* type) {
-  if (ncclResult_t r = check_comm(c.fn, c.comm); r != ncclSuccess) return group_failed(r);
+  if (ncclResult_t r = check_caller(c); r != ncclSuccess) return group_failed(r);
   return refuse(c.comm, all_to_all_v_args(c, sendcounts, sdispls, recvcounts, rdispls, type));
 }
 

@@ -29,6 +29,15 @@ class Executor {
   // The device memory this datapath allocated for the communicator and holds now, in bytes (the
   // peers' memory it maps is theirs, not counted). ncclCommMemStats reports it.
   virtual std::uint64_t device_bytes() const { return 0; }
+  // Of device_bytes(), what suspend_memory() gives back (ncclCommSuspend with NCCL_SUSPEND_MEM).
+  virtual std::uint64_t suspendable_bytes() const { return 0; }
+  // Collective, once every rank's work is complete: gives back the suspendable memory (the peers'
+  // mappings of it too) and keeps what it held, so that resume_memory() brings back the state the
+  // datapath had at the same addresses (captured graphs replay unchanged). No call may run in
+  // between. A datapath with nothing suspendable only waits for the peers.
+  virtual Status suspend_memory(Bootstrap& boot) { return boot.barrier(); }
+  // Collective: undoes suspend_memory(); every peer's mapping is back when it returns.
+  virtual Status resume_memory(Bootstrap& boot) { return boot.barrier(); }
   // An error a datapath found after the call returned (a kernel that timed out or was aborted).
   virtual Status async_status() const { return Status::ok; }
   // The mismatch a peer reported to this rank (invalid_usage), where this datapath can tell: from its

@@ -168,11 +168,13 @@ class SmExecutor final : public Executor {
         ::close(g.fd);
         if (m.ptr) {
           imported_vmm_.push_back(m);
+          imported_from_.push_back(g.from);
           bases[g.from] = static_cast<char*>(m.ptr);
         }
       }
       PURLIN_TRY(s);
       mailbox_.reset();
+      other_processes_ = others;
     }
     zs_words_.resize(static_cast<std::size_t>(n));
     leg_words_.resize(static_cast<std::size_t>(n));
@@ -556,6 +558,71 @@ class SmExecutor final : public Executor {
   }
   const char* datapath() const override { return "sm"; }
   std::uint64_t device_bytes() const override { return held_.load(std::memory_order_relaxed); }
+  // The window is what can be suspended, where it is shared by cuMem descriptors: each rank then
+  // holds its own mappings of its peers' windows and can give them back and map them again at the
+  // same addresses. A window shared by pointers within one process or by legacy CUDA IPC stays, as
+  // does the rest (small, and kept by captured graphs as it is).
+  std::uint64_t suspendable_bytes() const override { return own_vmm_.ptr ? own_vmm_.bytes : 0; }
+
+  Status suspend_memory(Bootstrap& boot) override {
+    PURLIN_TRY(cuda::set_device(device_));
+    PURLIN_TRY(cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
+    PURLIN_TRY(boot.barrier());  // no kernel of any rank uses a window any more
+    if (suspendable_bytes() == 0) return Status::ok;  // alike on every rank: the ranks chose together
+    // The window's contents come back at resume: its flags and epochs, and the messages of sends
+    // that completed before their receives were posted.
+    suspended_window_ = std::make_unique_for_overwrite<char[]>(own_vmm_.bytes);
+    PURLIN_TRY(cuda::check(cudaMemcpy(suspended_window_.get(), own_vmm_.ptr, own_vmm_.bytes, cudaMemcpyDeviceToHost),
+                           "cudaMemcpy(window to host)"));
+    for (cuda::VmmMapping& m : imported_vmm_) cuda::vmm_unmap(&m);
+    cuda::vmm_unmap(&own_vmm_);
+    log::info(log::kInit, "SM datapath: rank {} suspended its window ({} B, kept in host memory) and its mappings of {} peers' windows",
+              boot.rank(), own_vmm_.bytes, imported_vmm_.size());
+    return boot.barrier();  // no rank maps this window any more: its memory is free
+  }
+
+  Status resume_memory(Bootstrap& boot) override {
+    PURLIN_TRY(cuda::set_device(device_));
+    if (suspendable_bytes() == 0) return boot.barrier();
+    if (!suspended_window_) return fail(Status::internal_error, "SM datapath: resumed without being suspended");
+    PURLIN_TRY(cuda::vmm_remap(device_, &own_vmm_));
+    PURLIN_TRY(cuda::check(cudaMemcpy(own_vmm_.ptr, suspended_window_.get(), own_vmm_.bytes, cudaMemcpyHostToDevice),
+                           "cudaMemcpy(window from host)"));
+    suspended_window_.reset();
+    // Every rank of another process gets a descriptor of the new memory and maps it where it mapped
+    // the old one, so the windows' addresses (kernel arguments, captured graphs) stay valid.
+    struct Box {
+      FdAddress address;
+      std::int32_t open;
+    } mine{};
+    std::unique_ptr<FdMailbox> mailbox;
+    const Status opened = FdMailbox::open(&mailbox);
+    if (opened == Status::ok) mine = Box{mailbox->address(), 1};
+    const int n = boot.nranks();
+    std::vector<Box> all(static_cast<std::size_t>(n));
+    PURLIN_TRY(boot.all_gather(&mine, sizeof(Box), all.data()));
+    for (const Box& b : all)
+      if (!b.open) return opened != Status::ok ? opened : fail(Status::system_error, "SM datapath: a peer could not open its mailbox to resume");
+    std::vector<FdAddress> boxes(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) boxes[r] = all[r].address;
+    int fd = -1;
+    PURLIN_TRY(cuda::vmm_export_fd(own_vmm_, &fd));
+    std::vector<ReceivedFd> got;
+    Status s = mailbox->exchange(boot.rank(), fd, other_processes_, other_processes_, boxes, config().bootstrap_timeout_s,
+                                 [&boot] { return boot.stopped(); }, &got);
+    ::close(fd);
+    for (const ReceivedFd& g : got) {
+      const auto at = std::find(imported_from_.begin(), imported_from_.end(), g.from);
+      if (s == Status::ok && at == imported_from_.end())
+        s = fail(Status::internal_error, fmt::format("SM datapath: a window from rank {}, which this rank never mapped", g.from));
+      if (s == Status::ok) s = cuda::vmm_import_fd_at(g.fd, device_, &imported_vmm_[at - imported_from_.begin()]);
+      ::close(g.fd);
+    }
+    PURLIN_TRY(s);
+    log::info(log::kInit, "SM datapath: rank {} resumed its window and its mappings of {} peers' windows", boot.rank(),
+              imported_vmm_.size());
+    return boot.barrier();  // every rank maps every window again
+  }
   std::string last_plan() const override {
     if (last_local_.load(std::memory_order_relaxed)) return "OneRank_copy";
     if (last_zero_staging_.load(std::memory_order_relaxed))
@@ -1113,7 +1180,10 @@ class SmExecutor final : public Executor {
   std::vector<void*> imported_;
   cuda::VmmMapping own_vmm_;
   std::vector<cuda::VmmMapping> imported_vmm_;
+  std::vector<int> imported_from_;      // the rank whose window each of imported_vmm_ maps
+  std::vector<int> other_processes_;    // the ranks of other processes (windows shared by descriptors)
   std::unique_ptr<FdMailbox> mailbox_;  // during init only
+  std::unique_ptr<char[]> suspended_window_;  // the window's contents while suspended
   std::vector<char*> retired_;
   KernelArgs args_{};
   bool last_stream_used_ = false;

@@ -323,6 +323,23 @@ void Communicator::revoke() {
   if (executor_) executor_->abort();
 }
 
+Status Communicator::suspend() {
+  if (suspended_.load()) return fail(Status::invalid_usage, "the communicator is suspended already");
+  PURLIN_TRY(refusal());
+  if (!executor_) return fail(Status::invalid_usage, fmt::format("no Purlin datapath serves this communicator: {}", declined_));
+  PURLIN_TRY(executor_->suspend_memory(*bootstrap_));
+  suspended_.store(true);
+  return Status::ok;
+}
+
+Status Communicator::resume() {
+  if (!suspended_.load()) return fail(Status::invalid_usage, "the communicator is not suspended");
+  PURLIN_TRY(refusal());
+  PURLIN_TRY(executor_->resume_memory(*bootstrap_));
+  suspended_.store(false);
+  return Status::ok;
+}
+
 namespace {
 
 // With one rank every collective leaves its input in its output, unless the reduction scales it
@@ -344,6 +361,8 @@ bool one_rank_copy(const Op& op) {
 
 Status Communicator::execute(std::span<const Op> ops, std::span<const PeerOp> p2p, void* stream) {
   PURLIN_TRY(refusal());
+  if (suspended_.load())
+    return fail(Status::invalid_usage, "the communicator is suspended (ncclCommSuspend): ncclCommResume it first");
   if (!executor_) return fail(Status::invalid_usage, fmt::format("no Purlin datapath serves this communicator: {}", declined_));
   // A failed call leaves the protocol state inconsistent across ranks: the communicator is broken.
   // A call that revoke() or a dead peer stopped says why.

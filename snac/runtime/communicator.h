@@ -52,8 +52,17 @@ class Communicator {
   int device() const { return device_; }
   const char* datapath() const { return executor_ ? executor_->datapath() : "none"; }
   std::string last_plan() const { return executor_ ? executor_->last_plan() : std::string(); }
-  // Device memory the datapath holds for this communicator, in bytes (0 without one).
+  // Device memory the datapath holds for this communicator, in bytes (0 without one), and what of it
+  // suspend() gives back.
   std::uint64_t device_bytes() const { return executor_ ? executor_->device_bytes() : 0; }
+  std::uint64_t suspendable_bytes() const { return executor_ ? executor_->suspendable_bytes() : 0; }
+  // Collective (ncclCommSuspend with NCCL_SUSPEND_MEM): once every rank's work is complete, the
+  // datapath gives back its suspendable memory; collectives are refused (invalid_usage) until
+  // resume() brings it back at the same addresses. Suspending twice, or resuming a communicator
+  // that is not suspended, is invalid_usage.
+  Status suspend();
+  Status resume();
+  bool suspended() const { return suspended_.load(); }
   Bootstrap& bootstrap() { return *bootstrap_; }
   // Which host each rank is on.
   const HostLayout& layout() const { return layout_; }
@@ -137,6 +146,7 @@ class Communicator {
   Policy policy_;
   std::atomic<bool> aborted_{false};  // abort(): everything stops, children being created too
   std::atomic<bool> revoked_{false};  // revoke(): collectives stop, the bootstrap goes on
+  std::atomic<bool> suspended_{false};  // suspend(): collectives wait for resume()
   std::atomic<int> failure_{0};       // a Status: the first failure of a call or of a peer
   std::atomic<bool> departure_{false};  // failure_ is a peer's departure (the watcher's)
   mutable std::atomic<bool> reported_async_{false};  // the datapath's failure has had its WARN line

@@ -8,6 +8,7 @@
 //   whichever thread had it; NCCL_COMM_BLOCKING over a config (e2e_api_comm_blocking_1r sets it);
 //   ranks as processes: ncclCommCount/UserRank, ncclCommGetAsyncError, argument errors
 //   (ncclInvalidArgument, no effect, the communicator still usable, ncclGetLastError set), count 0,
+//   ncclCommSuspend / ncclCommResume of memory (collectives refused in between, alone and in groups),
 //   ncclCommFinalize + ncclCommDestroy, ncclCommAbort, ncclCommDestroy of a failed communicator
 //   (its error, nothing freed; ncclCommAbort frees it) and of one that failed after its finalize.
 //
@@ -39,7 +40,14 @@ ncclResult_t ncclPurlinReduceScatterV(const void*, const size_t*, const size_t*,
                                       ncclComm_t, cudaStream_t);
 ncclResult_t ncclPurlinAlltoAllV(const void*, const size_t*, const size_t*, void*, const size_t*, const size_t*,
                                  ncclDataType_t, ncclComm_t, cudaStream_t);
+// NCCL 2.29's suspend and resume, and 2.30's memory statistics (the CUDA toolkit's nccl.h may be
+// older), with the values of NCCL_SUSPEND_MEM and ncclStatGpuMemSuspended.
+ncclResult_t ncclCommSuspend(ncclComm_t, int);
+ncclResult_t ncclCommResume(ncclComm_t);
+ncclResult_t ncclCommMemStats(ncclComm_t, int, uint64_t*);
 }
+constexpr int kSuspendMem = 0x01;
+constexpr int kStatSuspended = 1;
 
 namespace e2e {
 namespace {
@@ -539,11 +547,61 @@ void destroy_failed(RankEnv& env, Slab& slab) {
   });
 }
 
+// ncclCommMemStats' ncclStatGpuMemSuspended of `comm`, or -1 when the call fails.
+long long suspended_stat(ncclComm_t comm) {
+  std::uint64_t v = 7;
+  return ncclCommMemStats(comm, kStatSuspended, &v) == ncclSuccess ? static_cast<long long>(v) : -1;
+}
+
+// Every rank suspends the communicator's memory (a collective call), finds its collectives refused
+// with ncclInvalidUsage and their buffers untouched, resumes it, and runs collectives on it again;
+// then the same inside a group.
+void suspend_resume(RankEnv& env, Slab& slab) {
+  run_case(env.report, "Api/suspend_resume", [&] {
+    using T = Float32Type;
+    ncclComm_t comm = env.comm;
+    still_usable(env, comm, slab, "AllReduce before ncclCommSuspend");
+    // A communicator whose work goes to the real NCCL (PURLIN_FALLBACK) refuses to suspend.
+    const char* forced = std::getenv("PURLIN_FALLBACK");
+    if (forced && *forced && std::string(forced) != "none") {
+      env.report.expect(ncclCommSuspend(comm, kSuspendMem), "ncclCommSuspend of a forwarding communicator", comm,
+                        ncclInvalidUsage);
+      still_usable(env, comm, slab, "AllReduce after the refused ncclCommSuspend");
+      return;
+    }
+    if (!env.report.expect(ncclCommSuspend(comm, kSuspendMem), "ncclCommSuspend", comm)) return;
+    if (suspended_stat(comm) != 1) env.report.fail("suspended is " + std::to_string(suspended_stat(comm)) + ", not 1");
+    const Content<T> content{Inputs{hash_string("suspended"), false}, env.nranks, Op::sum};
+    slab.reset();
+    const Placed<T> send(slab, {64, {input_at(0, 64, env.rank, 0)}, {}}, content);
+    const Placed<T> recv(slab, {64, {}, {}}, content, 1);
+    env.report.expect(ncclAllReduce(send.data, recv.data, 64, ncclFloat32, ncclSum, comm, kNoStream),
+                      "ncclAllReduce while suspended", comm, ncclInvalidUsage);
+    recv.check(content, "recvbuff after the refused ncclAllReduce", env.report);
+    const std::string why = ncclGetLastError(comm);
+    if (why.find("suspended") == std::string::npos) env.report.fail("the last error does not say why: \"" + why + "\"");
+    env.report.expect(ncclCommSuspend(comm, kSuspendMem), "a second ncclCommSuspend", comm, ncclInvalidUsage);
+    if (!env.report.expect(ncclCommResume(comm), "ncclCommResume", comm)) return;
+    if (suspended_stat(comm) != 0) env.report.fail("suspended is " + std::to_string(suspended_stat(comm)) + ", not 0");
+    still_usable(env, comm, slab, "AllReduce after ncclCommResume");
+    env.report.expect(ncclCommResume(comm), "a second ncclCommResume", comm, ncclInvalidUsage);
+    ncclGroupStart();
+    env.report.expect(ncclCommSuspend(comm, kSuspendMem), "ncclCommSuspend in a group", comm);
+    env.report.expect(ncclGroupEnd(), "ncclGroupEnd of the suspend", comm);
+    if (suspended_stat(comm) != 1) env.report.fail("suspended by a group is " + std::to_string(suspended_stat(comm)));
+    ncclGroupStart();
+    env.report.expect(ncclCommResume(comm), "ncclCommResume in a group", comm);
+    env.report.expect(ncclGroupEnd(), "ncclGroupEnd of the resume", comm);
+    still_usable(env, comm, slab, "AllReduce after a group's ncclCommResume");
+  });
+}
+
 void ranks(RankEnv& env) {
   Slab slab(std::size_t{16} << 20);
   run_case(env.report, "Api/count_rank_async", [&] { shape(env); });
   bad_arguments(env, slab);
   count_zero(env, slab);
+  suspend_resume(env, slab);
   teardown(env, slab);
   destroy_failed(env, slab);
 }

@@ -629,14 +629,15 @@ void allocate(Rank& R, const Options& o) {
   alloc(reinterpret_cast<void**>(&R.chain), chain_most);
 }
 
-// The communicator reports the device memory it holds, all of it persistent (ncclCommMemStats, as
-// NCCL's memory manager answers it).
+// The communicator reports the device memory it holds, persistent or suspendable, and is not
+// suspended (ncclCommMemStats, as NCCL's memory manager answers it).
 void check_mem_stats(Rank& R) {
-  std::uint64_t total = 0, persist = 0, suspend = 1;
+  std::uint64_t total = 0, persist = 0, suspend = 1, suspended = 1;
   const bool called = ncclCommMemStats(R.comm, ncclStatGpuMemTotal, &total) == ncclSuccess &&
                       ncclCommMemStats(R.comm, ncclStatGpuMemPersist, &persist) == ncclSuccess &&
-                      ncclCommMemStats(R.comm, ncclStatGpuMemSuspend, &suspend) == ncclSuccess;
-  if (called && total > 0 && total == persist && suspend == 0) {
+                      ncclCommMemStats(R.comm, ncclStatGpuMemSuspend, &suspend) == ncclSuccess &&
+                      ncclCommMemStats(R.comm, ncclStatGpuMemSuspended, &suspended) == ncclSuccess;
+  if (called && total > 0 && total == persist + suspend && suspended == 0) {
     R.passed++;
     return;
   }

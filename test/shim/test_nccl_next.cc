@@ -98,14 +98,38 @@ void communicator_calls(ncclComm_t comm, const std::string& log_file) {
   expect(ncclWinGetUserPtr(comm, nullptr, nullptr), ncclInvalidArgument, "ncclWinGetUserPtr", "outUserPtr NULL");
   expect(ncclWinGetUserPtr(nullptr, nullptr, &user), ncclInvalidArgument, "ncclWinGetUserPtr", "comm NULL");
 
-  // Suspend and resume: nothing but memory can be suspended, and memory cannot.
+  float x = 1;
+  // Suspend and resume, as NCCL's memory manager: nothing but memory can be suspended; suspended
+  // memory stays so until resumed, and collectives are refused meanwhile (the communicator stays
+  // usable).
+  std::uint64_t state = 7;
   expect(ncclCommSuspend(comm, 0), ncclSuccess, "ncclCommSuspend", "no flags");
-  expect(ncclCommSuspend(comm, NCCL_SUSPEND_MEM), ncclInvalidUsage, "ncclCommSuspend", "NCCL_SUSPEND_MEM");
   expect(ncclCommResume(comm), ncclInvalidUsage, "ncclCommResume", "not suspended");
+  expect(ncclCommSuspend(comm, NCCL_SUSPEND_MEM), ncclSuccess, "ncclCommSuspend", "NCCL_SUSPEND_MEM");
+  expect(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &state), ncclSuccess, "ncclCommMemStats", "suspended");
+  check(state == 1, "ncclCommMemStats: suspended is " + std::to_string(state) + " after ncclCommSuspend");
+  expect(ncclCommSuspend(comm, NCCL_SUSPEND_MEM), ncclInvalidUsage, "ncclCommSuspend", "suspended twice");
+  void* one = &x;
+  if (device >= 0) check(ncclMemAlloc(&one, 256) == ncclSuccess, "ncclMemAlloc");
+  expect(ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, comm, nullptr), ncclInvalidUsage, "ncclAllReduce",
+         "suspended");
+  expect(ncclCommResume(comm), ncclSuccess, "ncclCommResume", "suspended");
+  expect(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &state), ncclSuccess, "ncclCommMemStats", "resumed");
+  check(state == 0, "ncclCommMemStats: suspended is " + std::to_string(state) + " after ncclCommResume");
+  expect(ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess, "ncclAllReduce", "resumed");
+  if (device >= 0) check(ncclMemFree(one) == ncclSuccess, "ncclMemFree");
+  // Inside a group, both at its end, in the order called.
+  check(ncclGroupStart() == ncclSuccess, "ncclGroupStart");
+  expect(ncclCommSuspend(comm, NCCL_SUSPEND_MEM), ncclSuccess, "ncclCommSuspend", "in a group");
+  expect(ncclCommResume(comm), ncclSuccess, "ncclCommResume", "in a group");
+  expect(ncclGroupEnd(), ncclSuccess, "ncclGroupEnd", "suspend and resume");
+  expect(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &state), ncclSuccess, "ncclCommMemStats", "after the group");
+  check(state == 0, "ncclCommMemStats: suspended is " + std::to_string(state) + " after a group's suspend and resume");
   expect(ncclCommSuspend(nullptr, 0), ncclInvalidArgument, "ncclCommSuspend", "comm NULL");
 
   // Memory statistics, as NCCL's memory manager answers them: the device memory the communicator
-  // holds, all of it persistent (none on the host datapath, some on a GPU), never suspended.
+  // holds (none on the host datapath, some on a GPU); with one rank its window is not shared by
+  // descriptors, so none of it can be suspended.
   std::uint64_t total = 7, persist = 7, suspend = 7, suspended = 7, value = 7;
   expect(ncclCommMemStats(comm, ncclStatGpuMemTotal, &total), ncclSuccess, "ncclCommMemStats", "total");
   expect(ncclCommMemStats(comm, ncclStatGpuMemPersist, &persist), ncclSuccess, "ncclCommMemStats", "persist");
@@ -138,7 +162,6 @@ void communicator_calls(ncclComm_t comm, const std::string& log_file) {
 
   // One-sided operations: the peer checked, then refused with NCCL's code for a communicator
   // without host RMA.
-  float x = 1;
   expect(ncclPutSignal(&x, 1, ncclFloat32, 1, nullptr, 0, 0, 0, 0, comm, nullptr), ncclInvalidArgument,
          "ncclPutSignal", "peer out of range");
   expect(ncclPutSignal(&x, 1, ncclFloat32, 0, nullptr, 0, 0, 0, 0, comm, nullptr), ncclInvalidArgument,
@@ -179,11 +202,11 @@ void communicator_calls(ncclComm_t comm, const std::string& log_file) {
   ::setenv("NCCL_DEBUG", "WARN", 1);
   ::setenv("NCCL_DEBUG_FILE", log_file.c_str(), 1);
   ncclResetDebugInit();
-  ncclCommSuspend(comm, NCCL_SUSPEND_MEM);  // a WARN line
+  ncclCommResume(comm);  // a WARN line: not suspended
   std::ifstream f(log_file);
   std::stringstream text;
   text << f.rdbuf();
-  check(text.str().find("NCCL WARN ncclCommSuspend") != std::string::npos,
+  check(text.str().find("NCCL WARN ncclCommResume") != std::string::npos,
         "ncclResetDebugInit: the WARN line did not reach NCCL_DEBUG_FILE (" + log_file + "): \"" + text.str() + "\"");
 }
 
@@ -247,6 +270,8 @@ void parameters(bool dump_all) {
     std::uint64_t value = 7;
     expect(ncclCommMemStats(comm, ncclStatGpuMemTotal, &value), ncclInvalidUsage, "ncclCommMemStats",
            "NCCL_DISABLE_MEM_MANAGER=1");
+    expect(ncclCommSuspend(comm, NCCL_SUSPEND_MEM), ncclInvalidUsage, "ncclCommSuspend", "NCCL_DISABLE_MEM_MANAGER=1");
+    expect(ncclCommResume(comm), ncclInvalidUsage, "ncclCommResume", "NCCL_DISABLE_MEM_MANAGER=1");
   }
   check(ncclCommDestroy(comm) == ncclSuccess, "ncclCommDestroy");
   std::printf("%s: %d passed, %d failed\n", dump_all ? "NCCL_PARAM_DUMP_ALL=true NCCL_DISABLE_MEM_MANAGER=1" : "default",

@@ -1,0 +1,244 @@
+// ncclCommSuspend / ncclCommResume of a GPU communicator's memory, ranks as processes on the GPU(s).
+//
+// Each rank runs a set of calls that takes every path of the SM datapath it can (AllReduce of
+// 1 KiB in the latency exchange, of 256 KiB through the staging window, of just over 4 MiB in
+// place; AllGather of 256 KiB through the window), eager and from a CUDA graph captured once at the
+// start, with int32 inputs new every round and every output element checked exactly (sums wrap).
+// Then, for several cycles: the memory statistics (total = persistent + suspendable, not
+// suspended), ncclCommSuspend, which must give back the suspendable memory (the device's free memory
+// grows by at least this rank's suspendable bytes; with ranks in several processes the window is
+// suspendable, so there must be some), a collective refused with ncclInvalidUsage, ncclCommResume,
+// and the calls again, eager and from the graph captured before the first suspend (its kernels' window
+// addresses must name the memory mapped again). A graph captured after the last resume ends it.
+//
+// Usage: test_suspend [--ranks N] [--cycles C]
+// Prints "N passed, N failed" (or a skip line without a GPU); exits non-zero on failure.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "nccl_shim/nccl_next.h"
+#include "test/common/cuda_ok.h"
+#include "test/common/loopback.h"
+#include "test/common/rank_results.h"
+#include "test/common/ranks.h"
+
+namespace {
+
+struct Options {
+  int ranks = 2;
+  int cycles = 3;
+};
+
+// One call of the set: AllReduce or AllGather of `count` int32 per rank.
+struct Call {
+  bool gather;
+  std::size_t count;
+  std::int32_t* send = nullptr;
+  std::int32_t* recv = nullptr;
+  std::size_t out_count(int n) const { return gather ? count * n : count; }
+};
+
+std::int32_t value(int r, int round, std::size_t call, std::size_t i) {
+  std::uint32_t x = static_cast<std::uint32_t>(i) * 2654435761u ^
+                    static_cast<std::uint32_t>(r * 40503 + round * 977 + static_cast<int>(call) * 131);
+  x ^= x >> 15;
+  return static_cast<std::int32_t>(x);
+}
+
+ncclResult_t issue(const Call& c, ncclComm_t comm, cudaStream_t stream) {
+  return c.gather ? ncclAllGather(c.send, c.recv, c.count, ncclInt32, comm, stream)
+                  : ncclAllReduce(c.send, c.recv, c.count, ncclInt32, ncclSum, comm, stream);
+}
+
+struct Rank {
+  int me = 0;
+  int n = 1;
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  std::vector<Call> calls;
+  int passed = 0;
+  int failed = 0;
+
+  void check(bool ok, const std::string& what) {
+    if (ok) {
+      ++passed;
+      return;
+    }
+    ++failed;
+    std::printf("FAIL rank %d: %s\n", me, what.c_str());
+  }
+
+  std::uint64_t stat(ncclCommMemStat_t which) {
+    std::uint64_t v = 0;
+    check(ncclCommMemStats(comm, which, &v) == ncclSuccess, "ncclCommMemStats");
+    return v;
+  }
+
+  // New inputs, poisoned outputs, the calls (eager, or `graph`), every element checked.
+  void round(int number, cudaGraphExec_t graph, const char* how) {
+    for (std::size_t k = 0; k < calls.size(); ++k) {
+      const Call& c = calls[k];
+      std::vector<std::int32_t> in(c.count);
+      for (std::size_t i = 0; i < c.count; ++i) in[i] = value(me, number, k, i);
+      CUDA_OK(cudaMemcpyAsync(c.send, in.data(), c.count * 4, cudaMemcpyHostToDevice, stream));
+      CUDA_OK(cudaMemsetAsync(c.recv, 0xA5, c.out_count(n) * 4, stream));
+      CUDA_OK(cudaStreamSynchronize(stream));  // the pageable copy is done before `in` goes
+    }
+    if (graph) {
+      CUDA_OK(cudaGraphLaunch(graph, stream));
+    } else {
+      for (const Call& c : calls) {
+        const ncclResult_t r = issue(c, comm, stream);
+        if (r != ncclSuccess) check(false, std::string(how) + ": a call returned " + ncclGetErrorString(r));
+      }
+    }
+    CUDA_OK(cudaStreamSynchronize(stream));
+    for (std::size_t k = 0; k < calls.size(); ++k) {
+      const Call& c = calls[k];
+      std::vector<std::int32_t> got(c.out_count(n));
+      CUDA_OK(cudaMemcpy(got.data(), c.recv, got.size() * 4, cudaMemcpyDeviceToHost));
+      std::size_t wrong = 0, first = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        std::uint32_t want = 0;
+        if (c.gather) {
+          want = static_cast<std::uint32_t>(value(static_cast<int>(i / c.count), number, k, i % c.count));
+        } else {
+          for (int r = 0; r < n; ++r) want += static_cast<std::uint32_t>(value(r, number, k, i));
+        }
+        if (static_cast<std::uint32_t>(got[i]) != want && wrong++ == 0) first = i;
+      }
+      check(wrong == 0, std::string(how) + " round " + std::to_string(number) + ": " +
+                            (c.gather ? "AllGather" : "AllReduce") + " of " + std::to_string(c.count) + ": " +
+                            std::to_string(wrong) + " wrong elements, the first at " + std::to_string(first));
+    }
+  }
+
+  cudaGraphExec_t capture() {
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    ncclResult_t r = ncclSuccess;
+    for (const Call& c : calls)
+      if (r == ncclSuccess) r = issue(c, comm, stream);
+    CUDA_OK(cudaStreamEndCapture(stream, &g));
+    check(r == ncclSuccess, std::string("capture: ") + ncclGetErrorString(r));
+    CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
+    CUDA_OK(cudaGraphDestroy(g));
+    return exec;
+  }
+};
+
+void run_rank(Rank& R, const Options& o) {
+  for (const auto& [gather, count] : {std::pair{false, std::size_t{256}}, std::pair{false, std::size_t{64} << 10},
+                                      std::pair{false, (std::size_t{1} << 20) + 3}, std::pair{true, std::size_t{64} << 10}}) {
+    Call c{gather, count};
+    CUDA_OK(cudaMalloc(&c.send, c.count * 4));
+    CUDA_OK(cudaMalloc(&c.recv, c.out_count(R.n) * 4));
+    R.calls.push_back(c);
+  }
+  int number = 0;
+  R.round(number++, nullptr, "eager");
+  cudaGraphExec_t before = R.capture();
+  R.round(number++, before, "graph");
+  // Whether the window must be suspendable: ranks in several processes share it by cuMem descriptors,
+  // unless PURLIN_CUMEM=0 says otherwise.
+  const char* cumem = std::getenv("PURLIN_CUMEM");
+  const bool expect_some = R.n > 1 && !(cumem && std::string(cumem) == "0");
+  for (int cycle = 0; cycle < o.cycles; ++cycle) {
+    const std::uint64_t total = R.stat(ncclStatGpuMemTotal), persist = R.stat(ncclStatGpuMemPersist),
+                        suspendable = R.stat(ncclStatGpuMemSuspend);
+    R.check(total == persist + suspendable && total > 0,
+            "total " + std::to_string(total) + " is not persistent " + std::to_string(persist) + " + suspendable " +
+                std::to_string(suspendable));
+    R.check(!expect_some || suspendable > 0, "nothing can be suspended");
+    R.check(R.stat(ncclStatGpuMemSuspended) == 0, "suspended before ncclCommSuspend");
+    std::size_t free_before = 0, free_after = 0, free_resumed = 0, all = 0;
+    CUDA_OK(cudaMemGetInfo(&free_before, &all));
+    R.check(ncclCommSuspend(R.comm, NCCL_SUSPEND_MEM) == ncclSuccess,
+            std::string("ncclCommSuspend: ") + ncclGetLastError(R.comm));
+    CUDA_OK(cudaMemGetInfo(&free_after, &all));
+    R.check(R.stat(ncclStatGpuMemSuspended) == 1, "not suspended after ncclCommSuspend");
+    R.check(free_after >= free_before + suspendable,
+            "free device memory went from " + std::to_string(free_before) + " to " + std::to_string(free_after) +
+                " bytes, with " + std::to_string(suspendable) + " suspendable");
+    R.check(ncclAllReduce(R.calls[0].send, R.calls[0].recv, R.calls[0].count, ncclInt32, ncclSum, R.comm, R.stream) ==
+                ncclInvalidUsage,
+            "an AllReduce while suspended was not refused with ncclInvalidUsage");
+    R.check(ncclCommResume(R.comm) == ncclSuccess, std::string("ncclCommResume: ") + ncclGetLastError(R.comm));
+    CUDA_OK(cudaMemGetInfo(&free_resumed, &all));
+    R.check(R.stat(ncclStatGpuMemSuspended) == 0, "suspended after ncclCommResume");
+    if (R.me == 0)
+      std::printf("cycle %d: total %llu B, suspendable %llu B; free device memory %zu MiB, suspended %zu MiB, "
+                  "resumed %zu MiB\n",
+                  cycle, static_cast<unsigned long long>(total), static_cast<unsigned long long>(suspendable),
+                  free_before >> 20, free_after >> 20, free_resumed >> 20);
+    R.round(number++, nullptr, "eager after resume");
+    R.round(number++, before, "graph captured before the suspend");
+  }
+  cudaGraphExec_t after = R.capture();
+  R.round(number++, after, "graph captured after the last resume");
+  R.round(number++, before, "graph captured before the suspends");
+  CUDA_OK(cudaGraphExecDestroy(before));
+  CUDA_OK(cudaGraphExecDestroy(after));
+  for (const Call& c : R.calls) {
+    CUDA_OK(cudaFree(c.send));
+    CUDA_OK(cudaFree(c.recv));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  loopback::use();
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--ranks" && i + 1 < argc) o.ranks = std::atoi(argv[++i]);
+    else if (a == "--cycles" && i + 1 < argc) o.cycles = std::atoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: test_suspend [--ranks N] [--cycles C]\n");
+      return 2;
+    }
+  }
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
+  rank_results::Pipe results;
+  if (!results.ok()) return 1;
+  // Only ranks touch CUDA: a process that initialised CUDA cannot hand it to the children it forks.
+  ranks::Group group(o.ranks, [&](int r) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+      results.report_skipped();
+      return 0;
+    }
+    CUDA_OK(cudaSetDevice(r % n));
+    Rank R;
+    R.me = r;
+    R.n = o.ranks;
+    CUDA_OK(cudaStreamCreateWithFlags(&R.stream, cudaStreamNonBlocking));
+    if (ncclCommInitRank(&R.comm, o.ranks, id, r) != ncclSuccess) {
+      std::printf("FAIL init rank %d\n", r);
+      return 2;
+    }
+    run_rank(R, o);
+    R.check(ncclCommDestroy(R.comm) == ncclSuccess, "ncclCommDestroy");
+    results.report(R.passed, R.failed);
+    return R.failed ? 1 : 0;
+  });
+  group.wait(ranks::Clock::now() + ranks::seconds(600));
+  const rank_results::Totals totals = results.collect(o.ranks, group);
+  if (totals.skipped) {
+    std::printf("SKIPPED: no CUDA device usable on this machine\n0 passed, 0 failed, 1 skipped\n");
+    return 77;
+  }
+  int failed = totals.failed;
+  if (totals.passed + failed == 0) failed = 1;
+  std::printf("%d passed, %d failed\n", totals.passed, failed);
+  return failed ? 1 : 0;
+}

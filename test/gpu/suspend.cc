@@ -4,18 +4,24 @@
 // 1 KiB in the latency exchange, of 256 KiB through the staging window, of just over 4 MiB in
 // place; AllGather of 256 KiB through the window), eager and from a CUDA graph captured once at the
 // start, with int32 inputs new every round and every output element checked exactly (sums wrap).
-// Then, for several cycles: the memory statistics (total = persistent + suspendable, not
-// suspended), ncclCommSuspend, which must give back the suspendable memory (the device's free memory
-// grows by at least this rank's suspendable bytes; with ranks in several processes the window is
-// suspendable, so there must be some), a collective refused with ncclInvalidUsage, ncclCommResume,
-// and the calls again, eager and from the graph captured before the first suspend (its kernels' window
-// addresses must name the memory mapped again). A graph captured after the last resume ends it.
+// Then, for several cycles:
+// - the memory statistics: total = persistent + suspendable, not suspended;
+// - ncclCommSuspend, which must give back the suspendable memory: while every rank is suspended,
+//   the device's free memory has grown by at least the suspendable bytes of all its ranks (with
+//   ranks in several processes the window is suspendable, so there must be some);
+// - a collective, refused with ncclInvalidUsage;
+// - ncclCommResume, and the calls again, eager and from the graph captured before the first
+//   suspend (its kernels' window addresses must name the memory mapped again).
+// A graph captured after the last resume, and a communicator destroyed while suspended, end it.
 //
 // Usage: test_suspend [--ranks N] [--cycles C]
 // Prints "N passed, N failed" (or a skip line without a GPU); exits non-zero on failure.
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <pthread.h>
+#include <sys/mman.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -64,6 +70,8 @@ struct Rank {
   std::vector<Call> calls;
   int passed = 0;
   int failed = 0;
+  int on_device = 1;                      // ranks on this rank's device, this one included
+  pthread_barrier_t* outside = nullptr;   // every rank's, in memory shared by the processes
 
   void check(bool ok, const std::string& what) {
     if (ok) {
@@ -160,24 +168,34 @@ void run_rank(Rank& R, const Options& o) {
     R.check(R.stat(ncclStatGpuMemSuspended) == 0, "suspended before ncclCommSuspend");
     std::size_t free_before = 0, free_after = 0, free_resumed = 0, all = 0;
     CUDA_OK(cudaMemGetInfo(&free_before, &all));
+    const auto t0 = std::chrono::steady_clock::now();
     R.check(ncclCommSuspend(R.comm, NCCL_SUSPEND_MEM) == ncclSuccess,
             std::string("ncclCommSuspend: ") + ncclGetLastError(R.comm));
-    CUDA_OK(cudaMemGetInfo(&free_after, &all));
+    const auto t1 = std::chrono::steady_clock::now();
     R.check(R.stat(ncclStatGpuMemSuspended) == 1, "not suspended after ncclCommSuspend");
-    R.check(free_after >= free_before + suspendable,
+    // Every rank's window is free while all of them are suspended (the windows are alike): the
+    // ranks meet before and after the measurement, outside the communicator.
+    pthread_barrier_wait(R.outside);
+    CUDA_OK(cudaMemGetInfo(&free_after, &all));
+    pthread_barrier_wait(R.outside);
+    R.check(free_after >= free_before + suspendable * R.on_device,
             "free device memory went from " + std::to_string(free_before) + " to " + std::to_string(free_after) +
-                " bytes, with " + std::to_string(suspendable) + " suspendable");
+                " bytes, with " + std::to_string(suspendable) + " suspendable on each of " +
+                std::to_string(R.on_device) + " ranks of this device");
     R.check(ncclAllReduce(R.calls[0].send, R.calls[0].recv, R.calls[0].count, ncclInt32, ncclSum, R.comm, R.stream) ==
                 ncclInvalidUsage,
             "an AllReduce while suspended was not refused with ncclInvalidUsage");
+    const auto t2 = std::chrono::steady_clock::now();
     R.check(ncclCommResume(R.comm) == ncclSuccess, std::string("ncclCommResume: ") + ncclGetLastError(R.comm));
+    const auto t3 = std::chrono::steady_clock::now();
+    auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
     CUDA_OK(cudaMemGetInfo(&free_resumed, &all));
     R.check(R.stat(ncclStatGpuMemSuspended) == 0, "suspended after ncclCommResume");
     if (R.me == 0)
       std::printf("cycle %d: total %llu B, suspendable %llu B; free device memory %zu MiB, suspended %zu MiB, "
-                  "resumed %zu MiB\n",
+                  "resumed %zu MiB; ncclCommSuspend took %.1f ms, ncclCommResume %.1f ms\n",
                   cycle, static_cast<unsigned long long>(total), static_cast<unsigned long long>(suspendable),
-                  free_before >> 20, free_after >> 20, free_resumed >> 20);
+                  free_before >> 20, free_after >> 20, free_resumed >> 20, ms(t0, t1), ms(t2, t3));
     R.round(number++, nullptr, "eager after resume");
     R.round(number++, before, "graph captured before the suspend");
   }
@@ -190,6 +208,9 @@ void run_rank(Rank& R, const Options& o) {
     CUDA_OK(cudaFree(c.send));
     CUDA_OK(cudaFree(c.recv));
   }
+  // Destroyed while suspended: what is left of the window goes too.
+  R.check(ncclCommSuspend(R.comm, NCCL_SUSPEND_MEM) == ncclSuccess,
+          std::string("the last ncclCommSuspend: ") + ncclGetLastError(R.comm));
 }
 
 }  // namespace
@@ -210,6 +231,13 @@ int main(int argc, char** argv) {
   if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
   rank_results::Pipe results;
   if (!results.ok()) return 1;
+  void* shared = ::mmap(nullptr, sizeof(pthread_barrier_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED) return 1;
+  auto* outside = static_cast<pthread_barrier_t*>(shared);
+  pthread_barrierattr_t attr;
+  pthread_barrierattr_init(&attr);
+  pthread_barrierattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  if (pthread_barrier_init(outside, &attr, static_cast<unsigned>(o.ranks)) != 0) return 1;
   // Only ranks touch CUDA: a process that initialised CUDA cannot hand it to the children it forks.
   ranks::Group group(o.ranks, [&](int r) {
     int n = 0;
@@ -221,6 +249,9 @@ int main(int argc, char** argv) {
     Rank R;
     R.me = r;
     R.n = o.ranks;
+    R.outside = outside;
+    R.on_device = 0;
+    for (int p = 0; p < o.ranks; ++p) R.on_device += p % n == r % n;
     CUDA_OK(cudaStreamCreateWithFlags(&R.stream, cudaStreamNonBlocking));
     if (ncclCommInitRank(&R.comm, o.ranks, id, r) != ncclSuccess) {
       std::printf("FAIL init rank %d\n", r);

@@ -6,7 +6,7 @@ any of the functions is missing, as theirs does.
 from __future__ import annotations
 
 import ctypes
-from ctypes import POINTER, byref, c_char_p, c_int, c_size_t, c_void_p
+from ctypes import POINTER, byref, c_char_p, c_int, c_size_t, c_uint64, c_void_p
 
 ncclResult_t = c_int
 ncclComm_t = c_void_p
@@ -18,6 +18,9 @@ ncclRedOp_t = c_int
 
 NCCL_WIN_DEFAULT = 0x00
 NCCL_WIN_COLL_SYMMETRIC = 0x01
+NCCL_SUSPEND_MEM = 0x01
+# ncclCommMemStat_t (NCCL 2.30)
+STAT_SUSPEND, STAT_SUSPENDED, STAT_PERSIST, STAT_TOTAL = 0, 1, 2, 3
 
 
 class ncclUniqueId(ctypes.Structure):
@@ -49,6 +52,10 @@ SIGNATURES = {
     "ncclMemFree": (ncclResult_t, [c_void_p]),
     "ncclCommWindowRegister": (ncclResult_t, [ncclComm_t, buffer_type, c_size_t, POINTER(ncclWindow_t), c_int]),
     "ncclCommWindowDeregister": (ncclResult_t, [ncclComm_t, ncclWindow_t]),
+    # vLLM's sleep mode (NCCL 2.29+): the communicator's memory given back and brought back.
+    "ncclCommSuspend": (ncclResult_t, [ncclComm_t, c_int]),
+    "ncclCommResume": (ncclResult_t, [ncclComm_t]),
+    "ncclCommMemStats": (ncclResult_t, [ncclComm_t, c_int, POINTER(c_uint64)]),
 }
 
 REDOPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
@@ -151,3 +158,14 @@ class Nccl:
 
     def window_deregister(self, comm, win) -> None:
         self.check(self.fn["ncclCommWindowDeregister"](comm, win), "ncclCommWindowDeregister")
+
+    def comm_suspend(self, comm, flags: int = NCCL_SUSPEND_MEM) -> None:
+        self.check(self.fn["ncclCommSuspend"](comm, flags), "ncclCommSuspend")
+
+    def comm_resume(self, comm) -> None:
+        self.check(self.fn["ncclCommResume"](comm), "ncclCommResume")
+
+    def mem_stat(self, comm, stat: int) -> int:
+        value = c_uint64()
+        self.check(self.fn["ncclCommMemStats"](comm, stat, byref(value)), "ncclCommMemStats")
+        return value.value

@@ -7,8 +7,9 @@ and the current CUDA stream: every bound collective eagerly; allreduce on buffer
 ncclMemAlloc registered with ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC), eagerly and
 captured in a CUDA graph; a window allocated and registered while the capture runs (as SGLang's
 symmetric-memory pool does, from torch's allocator, which relaxes the thread's capture mode
-around the allocation); deregistration, ncclMemFree, ncclCommDestroy, and ncclCommAbort of a
-second communicator.
+around the allocation); deregistration, ncclMemFree; vLLM's sleep mode (ncclCommSuspend with
+NCCL_SUSPEND_MEM, ncclCommMemStats, ncclCommResume, and a graph captured before replayed after);
+ncclCommDestroy, and ncclCommAbort of a second communicator.
 
 PURLIN_TORCH_BACKEND=gloo runs the host part with host buffers (our library's host datapath),
 without windows or graphs.
@@ -301,6 +302,75 @@ def windows_and_graphs(r: Rank) -> None:
     r.checks.run("ncclCommWindowDeregister and ncclMemFree", windows.release)
 
 
+def sleep_mode(r: Rank) -> None:
+    """vLLM's sleep mode: a graph captured on torch tensors, the communicator's memory suspended
+    (collectives refused meanwhile) and resumed, then the same graph replayed and eager calls."""
+    from nccl_ctypes import (NCCL_SUSPEND_MEM, REDOPS, STAT_PERSIST, STAT_SUSPEND, STAT_SUSPENDED, STAT_TOTAL,
+                             nccl_type)
+
+    torch, ref, n = r.torch, r.ref, r.nccl
+    if not r.cuda:
+        def skip():
+            raise SkipCheck("suspending memory needs CUDA")
+
+        r.checks.run("ncclCommSuspend and ncclCommResume", skip)
+        return
+    count, dtype = (1 << 20) + 5, torch.bfloat16
+    src = r.to_dev(ref.poison(count, dtype))
+    dst = r.to_dev(ref.poison(count, dtype))
+
+    def allreduce():
+        return n.fn["ncclAllReduce"](src.data_ptr(), dst.data_ptr(), count, nccl_type(dtype), REDOPS["sum"], r.comm,
+                                     r.stream())
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        n.check(allreduce(), "ncclAllReduce")
+
+    def run(label, replay):
+        inputs = ref.all_values(ref.seed_of(label), r.world, count, dtype)
+        src.copy_(r.to_dev(inputs[r.rank]))
+        dst.fill_(1234.5)
+        if replay:
+            graph.replay()
+        else:
+            n.check(allreduce(), "ncclAllReduce")
+        torch.cuda.synchronize()
+        return ref.expect_reduced(dst.cpu(), inputs, "sum", exact_fold=True)
+
+    r.checks.run("ncclAllReduce captured on torch tensors, replayed before the suspend", lambda: run("sleep 0", True))
+
+    def suspend():
+        total, persist = n.mem_stat(r.comm, STAT_TOTAL), n.mem_stat(r.comm, STAT_PERSIST)
+        suspendable = n.mem_stat(r.comm, STAT_SUSPEND)
+        if total != persist + suspendable or (r.world > 1 and suspendable == 0):
+            raise CheckFailed(f"total {total}, persistent {persist}, suspendable {suspendable}")
+        torch.cuda.synchronize()
+        free_before = torch.cuda.mem_get_info()[0]
+        n.comm_suspend(r.comm, NCCL_SUSPEND_MEM)
+        free_after = torch.cuda.mem_get_info()[0]
+        if n.mem_stat(r.comm, STAT_SUSPENDED) != 1:
+            raise CheckFailed("ncclCommMemStats does not say suspended")
+        if free_after < free_before + suspendable:
+            raise CheckFailed(f"free device memory {free_before} -> {free_after} B, {suspendable} B suspendable")
+        refused = allreduce()
+        if refused != 5:  # ncclInvalidUsage
+            raise CheckFailed(f"ncclAllReduce while suspended returned {refused}, not ncclInvalidUsage")
+        return f"{suspendable} of {total} B suspended; free device memory +{(free_after - free_before) >> 20} MiB"
+
+    if not r.checks.run("ncclCommSuspend(NCCL_SUSPEND_MEM): memory given back, ncclAllReduce refused", suspend):
+        return
+
+    def resume():
+        n.comm_resume(r.comm)
+        if n.mem_stat(r.comm, STAT_SUSPENDED) != 0:
+            raise CheckFailed("ncclCommMemStats still says suspended")
+
+    r.checks.run("ncclCommResume", resume)
+    r.checks.run("the graph captured before the suspend, replayed after the resume", lambda: run("sleep 1", True))
+    r.checks.run("ncclAllReduce eager after the resume", lambda: run("sleep 2", False))
+
+
 def teardown(r: Rank) -> None:
     def destroy():
         t0 = time.monotonic()
@@ -336,6 +406,7 @@ def main() -> int:
     setup(r)
     eager(r)
     windows_and_graphs(r)
+    sleep_mode(r)
     teardown(r)
     return r.checks.finish()
 

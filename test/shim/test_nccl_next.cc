@@ -210,6 +210,43 @@ void communicator_calls(ncclComm_t comm, const std::string& log_file) {
         "ncclResetDebugInit: the WARN line did not reach NCCL_DEBUG_FILE (" + log_file + "): \"" + text.str() + "\"");
 }
 
+// The state of a non-blocking communicator once its work has settled (ncclInProgress no more).
+ncclResult_t settled(ncclComm_t comm) {
+  ncclResult_t state = ncclInProgress;
+  for (int i = 0; i < 20000 && state == ncclInProgress; ++i) {
+    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return ncclInternalError;
+    if (state == ncclInProgress) ::usleep(500);
+  }
+  return state;
+}
+
+// Suspend and resume on a non-blocking communicator (as PyTorch makes them): each answers
+// ncclSuccess or ncclInProgress and settles in the background.
+void non_blocking_suspend() {
+  ncclUniqueId id;
+  ncclComm_t comm = nullptr;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return check(false, "ncclGetUniqueId");
+  const ncclResult_t init = ncclCommInitRankConfig(&comm, 1, id, 0, &config);
+  check(init == ncclSuccess || init == ncclInProgress, "non-blocking ncclCommInitRankConfig");
+  check(settled(comm) == ncclSuccess, "the non-blocking communicator's init");
+  std::uint64_t state = 7;
+  const ncclResult_t suspend = ncclCommSuspend(comm, NCCL_SUSPEND_MEM);
+  check(suspend == ncclSuccess || suspend == ncclInProgress,
+        "non-blocking ncclCommSuspend returned " + std::to_string(suspend));
+  check(settled(comm) == ncclSuccess, "the non-blocking ncclCommSuspend did not settle with ncclSuccess");
+  check(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &state) == ncclSuccess && state == 1,
+        "a non-blocking communicator is not suspended: " + std::to_string(state));
+  const ncclResult_t resume = ncclCommResume(comm);
+  check(resume == ncclSuccess || resume == ncclInProgress,
+        "non-blocking ncclCommResume returned " + std::to_string(resume));
+  check(settled(comm) == ncclSuccess, "the non-blocking ncclCommResume did not settle with ncclSuccess");
+  check(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &state) == ncclSuccess && state == 0,
+        "a non-blocking communicator is still suspended: " + std::to_string(state));
+  check(ncclCommDestroy(comm) == ncclSuccess, "ncclCommDestroy of the non-blocking communicator");
+}
+
 void parameters(bool dump_all) {
   ncclParamHandle_t h = nullptr;
   expect(ncclParamBind(&h, "NCCL_DEBUG"), ncclSuccess, "ncclParamBind", "NCCL_DEBUG");
@@ -266,6 +303,7 @@ void parameters(bool dump_all) {
     if (fd >= 0) ::close(fd);
     communicator_calls(comm, file);
     ::unlink(file);
+    non_blocking_suspend();
   } else {
     std::uint64_t value = 7;
     expect(ncclCommMemStats(comm, ncclStatGpuMemTotal, &value), ncclInvalidUsage, "ncclCommMemStats",

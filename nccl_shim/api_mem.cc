@@ -247,11 +247,21 @@ namespace {
 // Suspend and resume wait for every rank: inside a group they run at the outermost ncclGroupEnd
 // (one thread may hold several ranks), after the calls on the same communicator deferred before
 // them; on a non-blocking communicator, in the background.
-ncclResult_t memory_work(const char* fn, ncclComm* comm, Status (snac::Communicator::*step)()) {
-  auto work = [fn, comm, serial = comm->serial, step]() -> ncclResult_t {
+ncclResult_t memory_work(const char* fn, ncclComm* comm, bool suspend) {
+  auto work = [fn, comm, serial = comm->serial, suspend]() -> ncclResult_t {
     InUse use(comm, serial);
     if (!use) return fail(nullptr, ncclInvalidArgument, fmt::format("{}: the communicator was destroyed", fn));
-    const Status s = (comm->impl.get()->*step)();
+    // The real NCCL's part, where there is one, is suspended after Purlin's and resumed before it
+    // (once Purlin's is found suspended).
+    Fallback* real = comm->fallback.get();
+    Status s = Status::ok;
+    if (suspend) {
+      s = comm->impl->suspend();
+      if (s == Status::ok && real) s = real->suspend();
+    } else {
+      if (real && comm->impl->suspended()) s = real->resume();
+      if (s == Status::ok) s = comm->impl->resume();
+    }
     return s == Status::ok ? ncclSuccess : propagate(comm, adopt_error(s, fmt::format("{}: {}", fn, last_error())));
   };
   if (comm->blocking && group_depth() > 0) {
@@ -261,13 +271,13 @@ ncclResult_t memory_work(const char* fn, ncclComm* comm, Status (snac::Communica
   return run_work(comm, std::move(work));
 }
 
-// What suspending needs beyond a usable communicator, as NCCL checks it.
+// What suspending needs beyond a usable communicator, as NCCL checks it, and a real NCCL that can
+// suspend where the communicator hands work to one.
 ncclResult_t check_suspend(const char* fn, ncclComm* comm) {
   if (config().mem_manager_disabled)
     return fail(comm, ncclInvalidUsage, fmt::format("{}: not supported with NCCL_DISABLE_MEM_MANAGER set", fn));
-  if (comm->fallback)
-    return fail(comm, ncclInvalidUsage,
-                fmt::format("{}: not supported on a communicator whose work goes to the real NCCL (its ranks span hosts)", fn));
+  if (std::string why; comm->fallback && !comm->fallback->can_suspend(&why))
+    return fail(comm, ncclInvalidUsage, fmt::format("{}: {}", fn, why));
   return ncclSuccess;
 }
 
@@ -286,7 +296,7 @@ NCCL_API(ncclResult_t, ncclCommSuspend, ncclComm_t comm, int flags) {
   // (Inside a group the state is checked when the group ends, after the calls before this one.)
   if (group_depth() == 0 && comm->impl->suspended())
     return fail(comm, ncclInvalidUsage, "ncclCommSuspend: the communicator is suspended already");
-  return memory_work(fn, comm, &snac::Communicator::suspend);
+  return memory_work(fn, comm, true);
 }
 
 NCCL_API(ncclResult_t, ncclCommResume, ncclComm_t comm) {
@@ -295,7 +305,7 @@ NCCL_API(ncclResult_t, ncclCommResume, ncclComm_t comm) {
   if (ncclResult_t r = check_suspend(fn, comm); r != ncclSuccess) return r;
   if (group_depth() == 0 && !comm->impl->suspended())
     return fail(comm, ncclInvalidUsage, "ncclCommResume: the communicator is not suspended");
-  return memory_work(fn, comm, &snac::Communicator::resume);
+  return memory_work(fn, comm, false);
 }
 
 // The device memory a communicator holds, as NCCL's memory manager counts it: the GPU datapath's
@@ -309,7 +319,8 @@ NCCL_API(ncclResult_t, ncclCommMemStats, ncclComm_t comm, ncclCommMemStat_t stat
   if (value == nullptr) return fail(comm, ncclInvalidArgument, fmt::format("{}: value is NULL", fn));
   if (config().mem_manager_disabled)
     return fail(comm, ncclInvalidUsage, fmt::format("{}: not supported with NCCL_DISABLE_MEM_MANAGER set", fn));
-  const std::uint64_t suspendable = comm->impl ? comm->impl->suspendable_bytes() : 0;
+  std::uint64_t suspendable = comm->impl ? comm->impl->suspendable_bytes() : 0;
+  if (comm->fallback && !comm->abort_flag.load()) suspendable += comm->fallback->suspendable_bytes();
   switch (stat) {
     case ncclStatGpuMemTotal:
     case ncclStatGpuMemPersist:

@@ -150,15 +150,68 @@ Status Fallback::make_real(const std::vector<int>& members, int my_index, RealCo
   return Status::ok;
 }
 
-std::uint64_t Fallback::device_bytes() const {
-  std::uint64_t total = host_ ? host_->device_bytes() : 0;
+std::uint64_t Fallback::real_stat(int stat) const {
+  std::uint64_t total = 0;
   for (RealComm* real : {all_.load(), rail_.load()}) {
     std::uint64_t bytes = 0;
     if (real && lib_->CommMemStats &&
-        lib_->CommMemStats(RealNccl::handle(real), ncclStatGpuMemTotal, &bytes) == ncclSuccess)
+        lib_->CommMemStats(RealNccl::handle(real), static_cast<ncclCommMemStat_t>(stat), &bytes) == ncclSuccess)
       total += bytes;
   }
   return total;
+}
+
+std::uint64_t Fallback::device_bytes() const {
+  return (host_ ? host_->device_bytes() : 0) + real_stat(ncclStatGpuMemTotal);
+}
+
+std::uint64_t Fallback::suspendable_bytes() const {
+  return (host_ ? host_->suspendable_bytes() : 0) + real_stat(ncclStatGpuMemSuspend);
+}
+
+bool Fallback::can_suspend(std::string* why) const {
+  if ((all_.load() || rail_.load()) && (!lib_->CommSuspend || !lib_->CommResume)) {
+    *why = fmt::format("the real NCCL serving this communicator ({} from {}) has no ncclCommSuspend (NCCL 2.29 and later)",
+                       lib_->version_text(), lib_->path());
+    return false;
+  }
+  return true;
+}
+
+Status Fallback::settle_real(RealComm* real, ncclResult_t r, const char* what) const {
+  while (r == ncclInProgress && lib_->CommGetAsyncError) {
+    ncclResult_t state = ncclInProgress;
+    if (lib_->CommGetAsyncError(RealNccl::handle(real), &state) != ncclSuccess) break;
+    r = state;
+    if (r == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (r == ncclSuccess) return Status::ok;
+  const char* last = lib_->GetLastError ? lib_->GetLastError(nullptr) : nullptr;
+  return fail(static_cast<Status>(r), fmt::format("NCCL {} {}: {}{}{}", lib_->version_text(), what,
+                                                  lib_->GetErrorString(r), last && *last ? ": " : "",
+                                                  last ? last : ""));
+}
+
+Status Fallback::suspend() {
+  std::string why;
+  if (!can_suspend(&why)) return fail(Status::invalid_usage, why);
+  if (host_) PURLIN_TRY(host_->suspend());
+  int reals = 0;
+  for (RealComm* real : {all_.load(), rail_.load()})
+    if (real && ++reals) PURLIN_TRY(settle_real(real, lib_->CommSuspend(RealNccl::handle(real), NCCL_SUSPEND_MEM), "ncclCommSuspend"));
+  log::info(log::kInit, "comm rank {}/{}: suspended {} NCCL {} communicator(s){}", rank_, nranks_, reals,
+            lib_->version_text(), host_ ? " and this host's Purlin communicator" : "");
+  return Status::ok;
+}
+
+Status Fallback::resume() {
+  if (host_) PURLIN_TRY(host_->resume());
+  int reals = 0;
+  for (RealComm* real : {all_.load(), rail_.load()})
+    if (real && ++reals) PURLIN_TRY(settle_real(real, lib_->CommResume(RealNccl::handle(real)), "ncclCommResume"));
+  log::info(log::kInit, "comm rank {}/{}: resumed {} NCCL {} communicator(s){}", rank_, nranks_, reals,
+            lib_->version_text(), host_ ? " and this host's Purlin communicator" : "");
+  return Status::ok;
 }
 
 Fallback::~Fallback() {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -40,10 +41,25 @@ class Fallback {
   // Device memory held for this communicator beside the ncclComm's own datapath: this host's
   // communicator's, and the real NCCL's communicators' as the real NCCL reports it (where it can).
   std::uint64_t device_bytes() const;
+  // Suspending memory (ncclCommSuspend with NCCL_SUSPEND_MEM), after the ncclComm's own
+  // communicator: this host's Purlin communicator, then the real NCCL's communicators, each a
+  // collective call in the same order on every rank; resume() brings them back. Where the real NCCL
+  // has no suspend (before 2.29) can_suspend() says why, and nothing is suspended.
+  bool can_suspend(std::string* why) const;
+  Status suspend();
+  Status resume();
+  // Of device_bytes(), what suspend() gives back.
+  std::uint64_t suspendable_bytes() const;
 
  private:
   Fallback() = default;
   Status make_real(const std::vector<int>& members, int my_index, RealComm** out);
+  // Waits for a real NCCL call on `real` that answered ncclInProgress (a non-blocking real
+  // communicator) and turns its result into a Status, naming `what`.
+  Status settle_real(RealComm* real, ncclResult_t r, const char* what) const;
+  // The sum of one ncclCommMemStats statistic over the real communicators (0 where the real NCCL
+  // cannot tell, before 2.29).
+  std::uint64_t real_stat(int stat) const;
   Status run(const snac::Op& op, cudaStream_t stream);
   Status run_p2p(const std::vector<snac::PeerOp>& p2p, cudaStream_t stream);
   snac::RouteChoice route(const snac::Op& op) const;

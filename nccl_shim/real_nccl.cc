@@ -168,6 +168,8 @@ RealNccl* RealNccl::load(std::string* why) {
     resolve(dl, "ncclGather", &lib->Gather);
     resolve(dl, "ncclScatter", &lib->Scatter);
     resolve(dl, "ncclCommMemStats", &lib->CommMemStats);
+    resolve(dl, "ncclCommSuspend", &lib->CommSuspend);
+    resolve(dl, "ncclCommResume", &lib->CommResume);
     // The loader may hand back an object already loaded under that name: compare the code itself.
     Dl_info info{};
     if (::dladdr(reinterpret_cast<void*>(lib->GetVersion), &info) != 0 && info.dli_fbase == me.base) {

@@ -35,7 +35,8 @@ class RealNccl {
   static ncclComm_t handle(RealComm* comm) { return reinterpret_cast<ncclComm_t>(comm); }
 
   // nccl.h's functions, as the loaded library defines them. The last group may be null: AlltoAll,
-  // Gather and Scatter appeared in NCCL 2.28, GetLastError in 2.13, CommMemStats in 2.29.
+  // Gather and Scatter appeared in NCCL 2.28, GetLastError in 2.13, CommMemStats, CommSuspend and
+  // CommResume in 2.29.
   decltype(&::ncclGetVersion) GetVersion = nullptr;
   decltype(&::ncclGetUniqueId) GetUniqueId = nullptr;
   decltype(&::ncclCommInitRank) CommInitRank = nullptr;
@@ -59,6 +60,8 @@ class RealNccl {
   decltype(&::ncclGather) Gather = nullptr;
   decltype(&::ncclScatter) Scatter = nullptr;
   decltype(&::ncclCommMemStats) CommMemStats = nullptr;
+  decltype(&::ncclCommSuspend) CommSuspend = nullptr;
+  decltype(&::ncclCommResume) CommResume = nullptr;
 
  private:
   RealNccl() = default;

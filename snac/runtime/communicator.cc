@@ -323,11 +323,11 @@ void Communicator::revoke() {
   if (executor_) executor_->abort();
 }
 
+// Without a datapath (the ranks span hosts) nothing is held: the ranks only meet.
 Status Communicator::suspend() {
   if (suspended_.load()) return fail(Status::invalid_usage, "the communicator is suspended already");
   PURLIN_TRY(refusal());
-  if (!executor_) return fail(Status::invalid_usage, fmt::format("no Purlin datapath serves this communicator: {}", declined_));
-  PURLIN_TRY(executor_->suspend_memory(*bootstrap_));
+  PURLIN_TRY(executor_ ? executor_->suspend_memory(*bootstrap_) : bootstrap_->barrier());
   suspended_.store(true);
   return Status::ok;
 }
@@ -335,7 +335,7 @@ Status Communicator::suspend() {
 Status Communicator::resume() {
   if (!suspended_.load()) return fail(Status::invalid_usage, "the communicator is not suspended");
   PURLIN_TRY(refusal());
-  PURLIN_TRY(executor_->resume_memory(*bootstrap_));
+  PURLIN_TRY(executor_ ? executor_->resume_memory(*bootstrap_) : bootstrap_->barrier());
   suspended_.store(false);
   return Status::ok;
 }

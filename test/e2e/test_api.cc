@@ -561,10 +561,11 @@ void suspend_resume(RankEnv& env, Slab& slab) {
     using T = Float32Type;
     ncclComm_t comm = env.comm;
     still_usable(env, comm, slab, "AllReduce before ncclCommSuspend");
-    // A communicator whose work goes to the real NCCL (PURLIN_FALLBACK) refuses to suspend.
-    const char* forced = std::getenv("PURLIN_FALLBACK");
-    if (forced && *forced && std::string(forced) != "none") {
-      env.report.expect(ncclCommSuspend(comm, kSuspendMem), "ncclCommSuspend of a forwarding communicator", comm,
+    // E2E_SUSPEND_REFUSED=1: the communicator hands work to a real NCCL that cannot suspend (older
+    // than 2.29), and refuses to suspend.
+    const char* refused = std::getenv("E2E_SUSPEND_REFUSED");
+    if (refused && std::string(refused) == "1") {
+      env.report.expect(ncclCommSuspend(comm, kSuspendMem), "ncclCommSuspend over an NCCL without it", comm,
                         ncclInvalidUsage);
       still_usable(env, comm, slab, "AllReduce after the refused ncclCommSuspend");
       return;

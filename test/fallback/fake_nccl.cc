@@ -7,7 +7,8 @@
 // checked bit for bit. Each call is recorded in a journal that tests read with fakeNcclJournalTake().
 //
 // Built with -DFAKE_NCCL_BEFORE_2_28 it reports version 2.27.3 and lacks ncclAlltoAll, ncclGather and
-// ncclScatter, as NCCL did before 2.28.
+// ncclScatter, as NCCL did before 2.28, and NCCL 2.29's ncclCommSuspend and ncclCommResume (which
+// the other build has: they only record the call and the state).
 #include <fcntl.h>
 #include <nccl.h>
 #include <sched.h>
@@ -100,6 +101,7 @@ struct ncclComm {
   std::size_t bytes = 0;
   std::vector<PreMulSum> redops;
   std::atomic<int> async{ncclSuccess};
+  bool suspended = false;
 
   Mailbox* box(int src, int dst) const {
     return reinterpret_cast<Mailbox*>(base + 64 + (static_cast<std::size_t>(src) * nranks + dst) * kBoxBytes);
@@ -486,6 +488,24 @@ FAKE_API ncclResult_t ncclGroupEnd() {
   t_group.queued.clear();
   return run(std::move(works));
 }
+
+#if !defined(FAKE_NCCL_BEFORE_2_28)
+FAKE_API ncclResult_t ncclCommSuspend(ncclComm_t c, int flags) {
+  if (!valid(c)) return failed(ncclInvalidArgument, "ncclCommSuspend: invalid communicator");
+  if (c->suspended) return failed(ncclInvalidUsage, "ncclCommSuspend: already suspended");
+  c->suspended = (flags & 1) != 0;
+  record("CommSuspend nranks=" + std::to_string(c->nranks) + " flags=" + std::to_string(flags));
+  return ncclSuccess;
+}
+
+FAKE_API ncclResult_t ncclCommResume(ncclComm_t c) {
+  if (!valid(c)) return failed(ncclInvalidArgument, "ncclCommResume: invalid communicator");
+  if (!c->suspended) return failed(ncclInvalidUsage, "ncclCommResume: not suspended");
+  c->suspended = false;
+  record("CommResume nranks=" + std::to_string(c->nranks));
+  return ncclSuccess;
+}
+#endif
 
 // Every entry of the journal since the last call, one per line; the journal is then empty.
 FAKE_API const char* fakeNcclJournalTake() {

@@ -2,6 +2,7 @@
 // (PURLIN_HOST_ID per rank) and the fake NCCL of fake_nccl.cc standing in for the real one: every
 // collective is checked bit for bit against the e2e host reference, and the fake's journal shows
 // which route it took (Purlin alone, NCCL whole, or Purlin within hosts and NCCL on the rails).
+// Suspend and resume go through every part of the communicator.
 //
 //   fallback_multihost --scenario NAME --fake PATH --fake-old PATH [--filter PATTERN]
 //
@@ -44,6 +45,9 @@ extern "C" Team ncclTeamLsa(ncclComm_t comm);
 extern "C" Team ncclTeamRail(ncclComm_t comm);
 extern "C" int ncclTeamRankToWorld(ncclComm_t comm, Team team, int rank);
 extern "C" int ncclTeamRankToLsa(ncclComm_t comm, Team team, int rank);
+// NCCL 2.29's suspend and resume (nccl.h of the CUDA toolkit may be older); 1 is NCCL_SUSPEND_MEM.
+extern "C" ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
+extern "C" ncclResult_t ncclCommResume(ncclComm_t comm);
 
 namespace {
 
@@ -582,6 +586,33 @@ void splits(Rank& rk, ncclComm_t comm) {
 }
 
 // A non-blocking init (the hand-over then happens on Purlin's init thread), used, then aborted.
+// ncclCommSuspend and ncclCommResume reach Purlin's part and then every real NCCL communicator (the
+// fake records each call); an NCCL without them (the old fake, as NCCL before 2.29) makes the
+// communicator refuse, and it stays usable.
+void suspend_resume(Rank& rk, ncclComm_t comm) {
+  run_case(rk.report, "Suspend/resume", [&] {
+    const bool nccl = rk.journal.loaded() && (rk.layout.hosts() > 1 || !rk.fallback.empty());
+    auto count = [](const std::vector<std::string>& lines, const char* what) {
+      return std::count_if(lines.begin(), lines.end(), [what](const std::string& l) { return l.starts_with(what); });
+    };
+    rk.journal.take();
+    const ncclResult_t rc = ncclCommSuspend(comm, 1);
+    if (nccl && rk.old_nccl) {
+      rk.report.expect(rc, "ncclCommSuspend over an NCCL without it", comm, ncclInvalidUsage);
+    } else if (rk.report.expect(rc, "ncclCommSuspend", comm)) {
+      const auto suspended = count(rk.journal.take(), "CommSuspend ");
+      if (nccl && suspended == 0) rk.report.fail("ncclCommSuspend suspended no NCCL communicator");
+      if (!rk.report.expect(ncclCommResume(comm), "ncclCommResume", comm)) return;
+      const auto resumed = count(rk.journal.take(), "CommResume ");
+      if (resumed != suspended)
+        rk.report.fail(std::to_string(suspended) + " NCCL communicators suspended, " + std::to_string(resumed) + " resumed");
+    }
+    std::vector<int> everyone(rk.n);
+    for (int r = 0; r < rk.n; ++r) everyone[r] = r;
+    allreduce_on(rk, comm, everyone, rk.rank, "AllReduce after ncclCommSuspend");
+  });
+}
+
 void nonblocking(Rank& rk, const ncclUniqueId& id) {
   run_case(rk.report, "NonBlocking/init-use-abort", [&] {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -648,6 +679,7 @@ int child(const Scenario& sc, int rank, const std::vector<ncclUniqueId>& ids, co
     run_case(report, "Grouped/two-allreduce-and-ring", [&] { grouped(rk, comm); });
     v_collectives(rk, comm);
     if (n >= 3) splits(rk, comm);
+    suspend_resume(rk, comm);
     nonblocking(rk, ids[1]);
     if (std::string(sc.name) == "plain")
       run_case(report, "Plain/never-loaded", [&] {

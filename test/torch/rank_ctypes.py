@@ -196,6 +196,14 @@ def eager(r: Rank) -> None:
     r.checks.run("ncclGroupStart, ncclSend to the next rank, ncclRecv from the previous, ncclGroupEnd", send_recv)
 
 
+def skip_without_cuda(r: Rank, name: str) -> None:
+    """Reports check `name` skipped: it needs CUDA (the gloo run has none)."""
+    def skip():
+        raise SkipCheck(f"{name}: needs CUDA")
+
+    r.checks.run(name, skip)
+
+
 class Windows:
     """Buffers from ncclMemAlloc, registered as symmetric windows, seen by torch as tensors."""
 
@@ -230,10 +238,7 @@ def windows_and_graphs(r: Rank) -> None:
 
     torch, ref, n = r.torch, r.ref, r.nccl
     if not r.cuda:
-        def skip():
-            raise SkipCheck("windows and graphs need CUDA")
-
-        r.checks.run("windows and CUDA graphs", skip)
+        skip_without_cuda(r, "windows and CUDA graphs")
         return
     windows = Windows(r)
     count = (1 << 16) + 3
@@ -310,10 +315,7 @@ def sleep_mode(r: Rank) -> None:
 
     torch, ref, n = r.torch, r.ref, r.nccl
     if not r.cuda:
-        def skip():
-            raise SkipCheck("suspending memory needs CUDA")
-
-        r.checks.run("ncclCommSuspend and ncclCommResume", skip)
+        skip_without_cuda(r, "ncclCommSuspend and ncclCommResume")
         return
     count, dtype = (1 << 20) + 5, torch.bfloat16
     src = r.to_dev(ref.poison(count, dtype))

@@ -588,6 +588,9 @@ class SmExecutor final : public Executor {
     PURLIN_TRY(cuda::vmm_remap(device_, &own_vmm_));
     PURLIN_TRY(cuda::check(cudaMemcpy(own_vmm_.ptr, suspended_window_.get(), own_vmm_.bytes, cudaMemcpyHostToDevice),
                            "cudaMemcpy(window from host)"));
+    // A copy from pageable memory may return before it lands: no kernel, ours or a peer's, may see
+    // the window before it has.
+    PURLIN_TRY(cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
     suspended_window_.reset();
     // Every rank of another process gets a descriptor of the new memory and maps it where it mapped
     // the old one, so the windows' addresses (kernel arguments, captured graphs) stay valid.

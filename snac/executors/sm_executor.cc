@@ -568,6 +568,7 @@ class SmExecutor final : public Executor {
     PURLIN_TRY(cuda::set_device(device_));
     PURLIN_TRY(cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
     PURLIN_TRY(boot.barrier());  // no kernel of any rank uses a window any more
+    peers_->suspend();
     if (suspendable_bytes() == 0) return Status::ok;  // alike on every rank: the ranks chose together
     // The window's contents come back at resume: its flags and epochs, and the messages of sends
     // that completed before their receives were posted.
@@ -583,7 +584,10 @@ class SmExecutor final : public Executor {
 
   Status resume_memory(Bootstrap& boot) override {
     PURLIN_TRY(cuda::set_device(device_));
-    if (suspendable_bytes() == 0) return boot.barrier();
+    if (suspendable_bytes() == 0) {
+      PURLIN_TRY(peers_->resume());
+      return boot.barrier();
+    }
     if (!suspended_window_) return fail(Status::internal_error, "SM datapath: resumed without being suspended");
     PURLIN_TRY(cuda::vmm_remap(device_, &own_vmm_));
     PURLIN_TRY(cuda::check(cudaMemcpy(own_vmm_.ptr, suspended_window_.get(), own_vmm_.bytes, cudaMemcpyHostToDevice),
@@ -624,6 +628,7 @@ class SmExecutor final : public Executor {
     PURLIN_TRY(s);
     log::info(log::kInit, "SM datapath: rank {} resumed its window and its mappings of {} peers' windows", boot.rank(),
               imported_vmm_.size());
+    PURLIN_TRY(peers_->resume());  // the peers' user buffers the zero-staged calls map
     return boot.barrier();  // every rank maps every window again
   }
   std::string last_plan() const override {

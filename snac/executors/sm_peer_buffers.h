@@ -79,6 +79,16 @@ class PeerBuffers {
   // The call share_eager let run was launched on `stream`: its mappings are kept until it completes.
   Status launched(cudaStream_t stream);
 
+  // Suspending memory, once every call is complete (SmExecutor::suspend_memory): gives back this
+  // rank's mappings of the peers' cuMem allocations, keeping their addresses, so that an owner's
+  // memory is freed when the owner gives it back. resume() (collective) maps each owner's
+  // allocation at the same address again: the memory then at the owner's base, new memory where the
+  // owner mapped new memory there (a cuMem allocator across a sleep), so graphs captured on the
+  // buffers replay on the owner's memory of now. An owner whose allocation is not back by then is
+  // left unmapped here, with a WARN line: graphs that use it must be captured again.
+  void suspend();
+  Status resume();
+
   // Allocations of each rank kept mapped for calls outside graphs.
   static constexpr std::size_t kEagerPerOwner = 8;
   // How many peer allocations this rank holds mapped, and how many of them for calls outside graphs
@@ -92,6 +102,8 @@ class PeerBuffers {
   struct Mapping {
     char* base = nullptr;
     cuda::VmmMapping vmm;
+    std::uint64_t owner_base = 0;  // cuMem: the allocation as its owner sees it
+    std::uint64_t owner_bytes = 0;
     void* ipc = nullptr;
     int graphs = 0;       // graphs still holding it
     bool eager = false;   // held for calls outside graphs

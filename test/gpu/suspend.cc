@@ -14,8 +14,14 @@
 //   suspend (its kernels' window addresses must name the memory mapped again).
 // A graph captured after the last resume, and a communicator destroyed while suspended, end it.
 //
-// Usage: test_suspend [--ranks N] [--cycles C]
+// With --remap instead: a graph's zero-staged AllReduce on buffers of a cuMem allocator of the test's
+// own, whose memory every rank gives back and maps anew at the same addresses between suspend and
+// resume (as vLLM's allocator does in sleep mode); the graph replayed and the call run eager must
+// both be exact.
+//
+// Usage: test_suspend [--ranks N] [--cycles C] [--remap]
 // Prints "N passed, N failed" (or a skip line without a GPU); exits non-zero on failure.
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <pthread.h>
@@ -39,6 +45,7 @@ namespace {
 struct Options {
   int ranks = 2;
   int cycles = 3;
+  bool remap = false;
 };
 
 // One call of the set: AllReduce or AllGather of `count` int32 per rank.
@@ -142,7 +149,110 @@ struct Rank {
   }
 };
 
+// --remap: buffers whose memory the owner gives back and maps anew at the same address, as a cuMem
+// allocator does across a sleep (vLLM's). The driver's cuMem functions, found at run time.
+struct Driver {
+  decltype(&::cuMemGetAllocationGranularity) granularity = nullptr;
+  decltype(&::cuMemAddressReserve) reserve = nullptr;
+  decltype(&::cuMemCreate) create = nullptr;
+  decltype(&::cuMemMap) map = nullptr;
+  decltype(&::cuMemSetAccess) access = nullptr;
+  decltype(&::cuMemUnmap) unmap = nullptr;
+  decltype(&::cuMemRelease) release = nullptr;
+
+  template <class F>
+  static void get(const char* name, F* f) {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    CUDA_OK(cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q));
+    *f = reinterpret_cast<F>(p);
+  }
+  Driver() {
+    get("cuMemGetAllocationGranularity", &granularity);
+    get("cuMemAddressReserve", &reserve);
+    get("cuMemCreate", &create);
+    get("cuMemMap", &map);
+    get("cuMemSetAccess", &access);
+    get("cuMemUnmap", &unmap);
+    get("cuMemRelease", &release);
+  }
+};
+
+struct Remappable {
+  CUdeviceptr base = 0;
+  std::size_t bytes = 0;
+  CUmemGenericAllocationHandle handle = 0;
+};
+
+#define CU_OK(x)                                                                 \
+  do {                                                                           \
+    if (CUresult r_ = (x); r_ != CUDA_SUCCESS) {                                 \
+      std::fprintf(stderr, "FAIL %s:%d %s: CUDA driver error %d\n", __FILE__, __LINE__, #x, static_cast<int>(r_)); \
+      std::_Exit(3);                                                             \
+    }                                                                            \
+  } while (0)
+
+// New physical memory (exportable as a descriptor, as a cuMem allocator's) mapped at m.base.
+void back(const Driver& d, Remappable& m) {
+  int device = 0;
+  CUDA_OK(cudaGetDevice(&device));
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CU_OK(d.create(&m.handle, m.bytes, &prop, 0));
+  CU_OK(d.map(m.base, m.bytes, 0, m.handle, 0));
+  CUmemAccessDesc a{};
+  a.location = prop.location;
+  a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CU_OK(d.access(m.base, m.bytes, &a, 1));
+}
+
+Remappable remappable(const Driver& d, std::size_t bytes) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CUDA_OK(cudaGetDevice(&prop.location.id));
+  std::size_t grain = 0;
+  CU_OK(d.granularity(&grain, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+  Remappable m;
+  m.bytes = (bytes + grain - 1) / grain * grain;
+  CU_OK(d.reserve(&m.base, m.bytes, 0, 0, 0));
+  back(d, m);
+  return m;
+}
+
+// A graph's zero-staged AllReduce on cuMem buffers; every rank's memory given back and mapped anew
+// at the same addresses (between ncclCommSuspend and ncclCommResume); the graph replayed, then the
+// same call eager. What must hold: both results exact.
+void remap(Rank& R) {
+  const Driver d;
+  Call c{false, (std::size_t{1} << 20) + 3};
+  Remappable send = remappable(d, c.count * 4), recv = remappable(d, c.count * 4);
+  c.send = reinterpret_cast<std::int32_t*>(send.base);
+  c.recv = reinterpret_cast<std::int32_t*>(recv.base);
+  R.calls = {c};
+  int number = 100;
+  cudaGraphExec_t graph = R.capture();
+  R.round(number++, graph, "remap: graph before");
+  R.check(ncclCommSuspend(R.comm, NCCL_SUSPEND_MEM) == ncclSuccess, "remap: ncclCommSuspend");
+  for (Remappable* m : {&send, &recv}) {
+    CU_OK(d.unmap(m->base, m->bytes));
+    CU_OK(d.release(m->handle));
+    back(d, *m);
+  }
+  pthread_barrier_wait(R.outside);  // every rank's memory is new
+  R.check(ncclCommResume(R.comm) == ncclSuccess, "remap: ncclCommResume");
+  R.round(number++, graph, "remap: graph captured before the memory was mapped anew");
+  R.round(number++, nullptr, "remap: eager after the memory was mapped anew");
+  CUDA_OK(cudaGraphExecDestroy(graph));
+  CUDA_OK(cudaDeviceSynchronize());
+  R.calls.clear();
+}
+
 void run_rank(Rank& R, const Options& o) {
+  if (o.remap) return remap(R);
   for (const auto& [gather, count] : {std::pair{false, std::size_t{256}}, std::pair{false, std::size_t{64} << 10},
                                       std::pair{false, (std::size_t{1} << 20) + 3}, std::pair{true, std::size_t{64} << 10}}) {
     Call c{gather, count};
@@ -222,8 +332,9 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--ranks" && i + 1 < argc) o.ranks = std::atoi(argv[++i]);
     else if (a == "--cycles" && i + 1 < argc) o.cycles = std::atoi(argv[++i]);
+    else if (a == "--remap") o.remap = true;
     else {
-      std::fprintf(stderr, "usage: test_suspend [--ranks N] [--cycles C]\n");
+      std::fprintf(stderr, "usage: test_suspend [--ranks N] [--cycles C] [--remap]\n");
       return 2;
     }
   }

@@ -244,9 +244,10 @@ NCCL_API(ncclResult_t, ncclWinGetUserPtr, ncclComm_t comm, ncclWindow_t win, voi
 
 namespace {
 
-// Suspend and resume wait for every rank: inside a group they run at the outermost ncclGroupEnd
-// (one thread may hold several ranks), after the calls on the same communicator deferred before
-// them; on a non-blocking communicator, in the background.
+// Suspend and resume wait for every rank: inside a group they run at the outermost ncclGroupEnd,
+// after the group's calls (defer_after); on a non-blocking communicator, in the background. A
+// failure past the checks of state leaves memory half given back or half mapped: it breaks the
+// communicator (abort it), as a failed collective does.
 ncclResult_t memory_work(const char* fn, ncclComm* comm, bool suspend) {
   auto work = [fn, comm, serial = comm->serial, suspend]() -> ncclResult_t {
     InUse use(comm, serial);
@@ -255,17 +256,21 @@ ncclResult_t memory_work(const char* fn, ncclComm* comm, bool suspend) {
     // (once Purlin's is found suspended).
     Fallback* real = comm->fallback.get();
     Status s = Status::ok;
+    bool breaks = false;  // the failure came from the real NCCL's part, after Purlin's went through
     if (suspend) {
       s = comm->impl->suspend();
-      if (s == Status::ok && real) s = real->suspend();
+      if (s == Status::ok && real) breaks = (s = real->suspend()) != Status::ok;
     } else {
-      if (real && comm->impl->suspended()) s = real->resume();
+      if (real && comm->impl->suspended()) breaks = (s = real->resume()) != Status::ok;
       if (s == Status::ok) s = comm->impl->resume();
     }
-    return s == Status::ok ? ncclSuccess : propagate(comm, adopt_error(s, fmt::format("{}: {}", fn, last_error())));
+    if (s == Status::ok) return ncclSuccess;
+    const std::string why = fmt::format("{}: {}", fn, last_error());
+    if (breaks) set_failed(comm, static_cast<ncclResult_t>(s == Status::invalid_usage ? Status::internal_error : s), why);
+    return propagate(comm, adopt_error(s, why));
   };
   if (comm->blocking && group_depth() > 0) {
-    defer(std::move(work), nullptr, comm);
+    defer_after(std::move(work), comm);
     return ncclSuccess;
   }
   return run_work(comm, std::move(work));

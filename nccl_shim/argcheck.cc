@@ -178,11 +178,11 @@ ncclResult_t all_to_all_v_args(const CollCheck& c, const size_t* sendcounts, con
   return parts_apart(c, size_of(*type), sendcounts, sdispls, recvcounts, rdispls);
 }
 
-// check_comm, and a suspended communicator, which runs no collective until ncclCommResume. Inside a
-// group suspension is judged when the group ends, after the group's own suspend and resume.
+// check_comm, and a suspended communicator, which runs no collective until ncclCommResume (a
+// group's own suspend and resume run after its calls, so the state now is the one the call runs in).
 ncclResult_t check_caller(const CollCheck& c) {
   if (ncclResult_t r = check_comm(c.fn, c.comm); r != ncclSuccess) return r;
-  if (group_depth() == 0 && c.comm->impl && c.comm->impl->suspended())
+  if (c.comm->impl && c.comm->impl->suspended())
     return fail(c.comm, ncclInvalidUsage,
                 fmt::format("{}: the communicator is suspended (ncclCommSuspend); ncclCommResume it first", c.fn));
   return ncclSuccess;

@@ -35,6 +35,7 @@ struct GroupState {
   int depth = 0;
   std::vector<Batch> batches;             // one per communicator, in order of first use
   std::vector<Deferred> deferred;         // in call order
+  std::vector<Deferred> after;            // suspend and resume, in call order
   std::vector<const ncclComm*> creating;  // the communicators they create
   ncclResult_t error = ncclSuccess;       // the first call of the group that failed its checks
   std::string why;                        // and its message
@@ -125,6 +126,7 @@ ncclResult_t run_deferred(std::vector<Deferred> work) {
 struct Closed {
   std::vector<Batch> batches;
   std::vector<Deferred> deferred;
+  std::vector<Deferred> after;
   ncclResult_t error;  // the first call that failed its checks
   std::string why;
 
@@ -138,7 +140,8 @@ struct Closed {
 Closed close_group() {
   tls_group.creating.clear();
   return Closed{std::exchange(tls_group.batches, {}), std::exchange(tls_group.deferred, {}),
-                std::exchange(tls_group.error, ncclSuccess), std::exchange(tls_group.why, {})};
+                std::exchange(tls_group.after, {}), std::exchange(tls_group.error, ncclSuccess),
+                std::exchange(tls_group.why, {})};
 }
 
 // A group that fails before its calls run, as NCCL's: every non-blocking communicator with calls
@@ -196,6 +199,7 @@ ncclResult_t flush() {
     run_at_once(now.size(), [&](std::size_t i) { results[i] = run_batch(*now[i]); });
     for (ncclResult_t r : results) note(r);
   }
+  note(run_deferred(std::move(g.after)));
   return result;
 }
 
@@ -238,6 +242,10 @@ ncclResult_t group_simulate_end(float* us) {
 void defer(std::function<ncclResult_t()> work, const ncclComm* creates, const ncclComm* parent) {
   tls_group.deferred.push_back(Deferred{std::move(work), parent});
   if (creates) tls_group.creating.push_back(creates);
+}
+
+void defer_after(std::function<ncclResult_t()> work, const ncclComm* comm) {
+  tls_group.after.push_back(Deferred{std::move(work), comm});
 }
 
 bool created_at_group_end(const ncclComm* comm) {

@@ -28,6 +28,12 @@ ncclResult_t group_simulate_end(float* us);
 // after another in the order it was called: every rank pairs its n-th split of a parent with the
 // n-th of the others, as outside a group.
 void defer(std::function<ncclResult_t()> work, const ncclComm* creates, const ncclComm* parent = nullptr);
+// Suspend and resume called inside a group (blocking communicators): they run at the outermost
+// ncclGroupEnd after the group's calls, so that a call made before them in the group runs first
+// and the state a call finds when it is made is the one it runs in; several communicators' at once
+// (one thread may hold several ranks), one communicator's in call order. A group that fails its
+// checks drops them with its calls.
+void defer_after(std::function<ncclResult_t()> work, const ncclComm* comm);
 // Whether `comm` is created by work deferred to the end of the group this thread has open: it can
 // be neither destroyed nor aborted before that end (the work would wait for it forever).
 bool created_at_group_end(const ncclComm* comm);

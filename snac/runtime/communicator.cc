@@ -323,11 +323,15 @@ void Communicator::revoke() {
   if (executor_) executor_->abort();
 }
 
-// Without a datapath (the ranks span hosts) nothing is held: the ranks only meet.
+// Without a datapath (the ranks span hosts) nothing is held: the ranks only meet. A failure past
+// the checks of state leaves the memory half given back or half mapped: the communicator fails.
 Status Communicator::suspend() {
   if (suspended_.load()) return fail(Status::invalid_usage, "the communicator is suspended already");
   PURLIN_TRY(refusal());
-  PURLIN_TRY(executor_ ? executor_->suspend_memory(*bootstrap_) : bootstrap_->barrier());
+  if (Status s = executor_ ? executor_->suspend_memory(*bootstrap_) : bootstrap_->barrier(); s != Status::ok) {
+    set_failure(s, last_error(), false);
+    return s;
+  }
   suspended_.store(true);
   return Status::ok;
 }
@@ -335,7 +339,10 @@ Status Communicator::suspend() {
 Status Communicator::resume() {
   if (!suspended_.load()) return fail(Status::invalid_usage, "the communicator is not suspended");
   PURLIN_TRY(refusal());
-  PURLIN_TRY(executor_ ? executor_->resume_memory(*bootstrap_) : bootstrap_->barrier());
+  if (Status s = executor_ ? executor_->resume_memory(*bootstrap_) : bootstrap_->barrier(); s != Status::ok) {
+    set_failure(s, last_error(), false);
+    return s;
+  }
   suspended_.store(false);
   return Status::ok;
 }

@@ -586,9 +586,16 @@ void suspend_resume(RankEnv& env, Slab& slab) {
     if (suspended_stat(comm) != 0) env.report.fail("suspended is " + std::to_string(suspended_stat(comm)) + ", not 0");
     still_usable(env, comm, slab, "AllReduce after ncclCommResume");
     env.report.expect(ncclCommResume(comm), "a second ncclCommResume", comm, ncclInvalidUsage);
+    // In a group, a collective called before the suspend runs before it.
+    slab.reset();
+    const Content<T> before{Inputs{hash_string("before the group's suspend"), false}, env.nranks, Op::sum};
+    const Staged<T> call(slab, Coll::AllReduce, env.rank, env.nranks, 1000, 0, false, before);
     ncclGroupStart();
+    env.report.expect(ncclAllReduce(call.send, call.recv, 1000, ncclFloat32, ncclSum, comm, kNoStream),
+                      "ncclAllReduce in a group, before its ncclCommSuspend", comm);
     env.report.expect(ncclCommSuspend(comm, kSuspendMem), "ncclCommSuspend in a group", comm);
     env.report.expect(ncclGroupEnd(), "ncclGroupEnd of the suspend", comm);
+    call.check(env.report, "the AllReduce called before the group's ncclCommSuspend");
     if (suspended_stat(comm) != 1) env.report.fail("suspended by a group is " + std::to_string(suspended_stat(comm)));
     ncclGroupStart();
     env.report.expect(ncclCommResume(comm), "ncclCommResume in a group", comm);

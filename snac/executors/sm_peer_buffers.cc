@@ -371,7 +371,8 @@ void PeerBuffers::suspend() {
 
 Status PeerBuffers::resume() {
   const int n = boot_->nranks(), me = boot_->rank();
-  if (!mailbox_) PURLIN_TRY(FdMailbox::open(&mailbox_));
+  // A mailbox that cannot be opened fails every rank at the gathering below, not this one alone.
+  const Status opened = mailbox_ ? Status::ok : FdMailbox::open(&mailbox_);
   // What this rank maps of each owner (in the order of mapped_), as the owner sees it.
   struct Want {
     std::uint64_t base, bytes;
@@ -385,11 +386,16 @@ Status PeerBuffers::resume() {
     }
   struct Head {
     FdAddress box;
+    std::int32_t open;
     std::uint32_t count[kMaxRanks];  // allocations this rank maps of each owner
-  } mine{mailbox_->address(), {}};
+  } mine{};
+  if (opened == Status::ok) mine.box = mailbox_->address();
+  mine.open = opened == Status::ok ? 1 : 0;
   for (int p = 0; p < n; ++p) mine.count[p] = static_cast<std::uint32_t>(wants[p].size());
   std::vector<Head> heads(static_cast<std::size_t>(n));
   PURLIN_TRY(boot_->all_gather(&mine, sizeof(Head), heads.data()));
+  for (const Head& h : heads)
+    if (!h.open) return opened != Status::ok ? opened : fail(Status::system_error, "zero-staging: a peer could not open its mailbox to resume");
   std::vector<FdAddress> boxes(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) boxes[r] = heads[r].box;
   // Each owner learns what its peers map, says which of those it has at the same base and size

@@ -588,6 +588,13 @@ class SmExecutor final : public Executor {
   // does the rest (small, and kept by captured graphs as it is).
   std::uint64_t suspendable_bytes() const override { return own_vmm_.ptr ? own_vmm_.bytes : 0; }
 
+  // The peers' user buffers the zero-staged collectives and Send/Recv messages map (each a
+  // collective step; the board exists alike on every rank).
+  Status resume_peer_buffers() {
+    PURLIN_TRY(peers_->resume());
+    return board_ ? board_->resume() : Status::ok;
+  }
+
   Status suspend_memory(Bootstrap& boot) override {
     const CurrentDevice keep;
     PURLIN_TRY(cuda::set_device(device_));
@@ -604,6 +611,7 @@ class SmExecutor final : public Executor {
     }
     PURLIN_TRY(agree(boot, local));
     peers_->suspend();
+    if (board_) board_->suspend();
     if (suspendable_bytes() == 0) return Status::ok;
     for (cuda::VmmMapping& m : imported_vmm_) cuda::vmm_unmap(&m);
     cuda::vmm_unmap(&own_vmm_);
@@ -616,7 +624,7 @@ class SmExecutor final : public Executor {
     const CurrentDevice keep;
     PURLIN_TRY(cuda::set_device(device_));
     if (suspendable_bytes() == 0) {
-      PURLIN_TRY(peers_->resume());
+      PURLIN_TRY(resume_peer_buffers());
       return boot.barrier();
     }
     // New memory with the window's contents, and a descriptor of it; the ranks agree that each got
@@ -670,7 +678,7 @@ class SmExecutor final : public Executor {
     PURLIN_TRY(s);
     log::info(log::kInit, "SM datapath: rank {} resumed its window and its mappings of {} peers' windows", boot.rank(),
               imported_vmm_.size());
-    PURLIN_TRY(peers_->resume());  // the peers' user buffers the zero-staged calls map
+    PURLIN_TRY(resume_peer_buffers());
     return boot.barrier();  // every rank maps every window again
   }
   std::string last_plan() const override {

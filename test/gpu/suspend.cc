@@ -17,7 +17,7 @@
 // With --remap instead: a graph's zero-staged AllReduce on buffers of a cuMem allocator of the test's
 // own, whose memory every rank gives back and maps anew at the same addresses between suspend and
 // resume (as vLLM's allocator does in sleep mode); the graph replayed and the call run eager must
-// both be exact.
+// both be exact. Then the same for a graph of zero-staged Send/Recv messages in a ring.
 //
 // Usage: test_suspend [--ranks N] [--cycles C] [--remap]
 // Prints "N passed, N failed" (or a skip line without a GPU); exits non-zero on failure.
@@ -223,6 +223,56 @@ Remappable remappable(const Driver& d, std::size_t bytes) {
   return m;
 }
 
+// The same for a ring of Send/Recv messages large enough to be zero-staged (above the staged path's
+// two halves, 16 MiB where ranks share a GPU): each rank sends to the next and receives from the
+// previous, from a graph captured before the memory is mapped anew.
+void remap_sendrecv(Rank& R, const Driver& d) {
+  const std::size_t count = (std::size_t{20} << 20) / 4 + 3;
+  Remappable send = remappable(d, count * 4), recv = remappable(d, count * 4);
+  auto* sbuf = reinterpret_cast<std::int32_t*>(send.base);
+  auto* rbuf = reinterpret_cast<std::int32_t*>(recv.base);
+  const int next = (R.me + 1) % R.n, prev = (R.me + R.n - 1) % R.n;
+  auto ring = [&] {
+    ncclGroupStart();
+    ncclSend(sbuf, count, ncclInt32, next, R.comm, R.stream);
+    ncclRecv(rbuf, count, ncclInt32, prev, R.comm, R.stream);
+    return ncclGroupEnd();
+  };
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t graph = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(R.stream, cudaStreamCaptureModeThreadLocal));
+  const ncclResult_t captured = ring();
+  CUDA_OK(cudaStreamEndCapture(R.stream, &g));
+  R.check(captured == ncclSuccess, std::string("remap: Send/Recv capture: ") + ncclGetErrorString(captured));
+  CUDA_OK(cudaGraphInstantiate(&graph, g, 0));
+  CUDA_OK(cudaGraphDestroy(g));
+  auto replay = [&](int number, const char* how) {
+    std::vector<std::int32_t> in(count), got(count);
+    for (std::size_t i = 0; i < count; ++i) in[i] = value(R.me, number, 7, i);
+    CUDA_OK(cudaMemcpy(sbuf, in.data(), count * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(rbuf, 0xA5, count * 4));
+    CUDA_OK(cudaGraphLaunch(graph, R.stream));
+    CUDA_OK(cudaStreamSynchronize(R.stream));
+    CUDA_OK(cudaMemcpy(got.data(), rbuf, count * 4, cudaMemcpyDeviceToHost));
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < count; ++i) wrong += got[i] != value(prev, number, 7, i);
+    R.check(wrong == 0, std::string(how) + ": Send/Recv of " + std::to_string(count) + ": " + std::to_string(wrong) +
+                            " wrong elements");
+  };
+  replay(200, "remap: Send/Recv graph before");
+  R.check(ncclCommSuspend(R.comm, NCCL_SUSPEND_MEM) == ncclSuccess, "remap: ncclCommSuspend (Send/Recv)");
+  for (Remappable* m : {&send, &recv}) {
+    CU_OK(d.unmap(m->base, m->bytes));
+    CU_OK(d.release(m->handle));
+    back(d, *m);
+  }
+  pthread_barrier_wait(R.outside);
+  R.check(ncclCommResume(R.comm) == ncclSuccess, "remap: ncclCommResume (Send/Recv)");
+  replay(201, "remap: Send/Recv graph captured before the memory was mapped anew");
+  CUDA_OK(cudaGraphExecDestroy(graph));
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
 // A graph's zero-staged AllReduce on cuMem buffers; every rank's memory given back and mapped anew
 // at the same addresses (between ncclCommSuspend and ncclCommResume); the graph replayed, then the
 // same call eager. What must hold: both results exact.
@@ -249,6 +299,7 @@ void remap(Rank& R) {
   CUDA_OK(cudaGraphExecDestroy(graph));
   CUDA_OK(cudaDeviceSynchronize());
   R.calls.clear();
+  if (R.n > 1) remap_sendrecv(R, d);
 }
 
 void run_rank(Rank& R, const Options& o) {

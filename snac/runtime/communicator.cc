@@ -323,27 +323,28 @@ void Communicator::revoke() {
   if (executor_) executor_->abort();
 }
 
-// Without a datapath (the ranks span hosts) nothing is held: the ranks only meet. A failure past
-// the checks of state leaves the memory half given back or half mapped: the communicator fails.
 Status Communicator::suspend() {
   if (suspended_.load()) return fail(Status::invalid_usage, "the communicator is suspended already");
-  PURLIN_TRY(refusal());
-  if (Status s = executor_ ? executor_->suspend_memory(*bootstrap_) : bootstrap_->barrier(); s != Status::ok) {
-    set_failure(s, last_error(), false);
-    return s;
-  }
-  suspended_.store(true);
-  return Status::ok;
+  return switch_memory(true);
 }
 
 Status Communicator::resume() {
   if (!suspended_.load()) return fail(Status::invalid_usage, "the communicator is not suspended");
+  return switch_memory(false);
+}
+
+// Without a datapath (the ranks span hosts) nothing is held: the ranks only meet. A failure past
+// the checks of state leaves the memory half given back or half mapped: the communicator fails.
+Status Communicator::switch_memory(bool suspend) {
   PURLIN_TRY(refusal());
-  if (Status s = executor_ ? executor_->resume_memory(*bootstrap_) : bootstrap_->barrier(); s != Status::ok) {
+  const Status s = !executor_ ? bootstrap_->barrier()
+                   : suspend  ? executor_->suspend_memory(*bootstrap_)
+                              : executor_->resume_memory(*bootstrap_);
+  if (s != Status::ok) {
     set_failure(s, last_error(), false);
     return s;
   }
-  suspended_.store(false);
+  suspended_.store(suspend);
   return Status::ok;
 }
 

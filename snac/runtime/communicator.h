@@ -133,6 +133,8 @@ class Communicator {
   bool mismatch_after_departure() const;
   // The error a collective reports when the communicator cannot run it (revoked, failed, aborted).
   Status refusal() const;
+  // suspend() and resume() once their state is checked: the datapath's part, then the new state.
+  Status switch_memory(bool suspend);
 
   static constexpr int kWatchPeriodMs = 100;
 

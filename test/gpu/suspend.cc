@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "nccl_shim/nccl_next.h"
+#include "test/common/comm_ranks.h"
 #include "test/common/cuda_ok.h"
 #include "test/common/loopback.h"
 #include "test/common/rank_results.h"
@@ -389,10 +390,6 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
-  rank_results::Pipe results;
-  if (!results.ok()) return 1;
   void* shared = ::mmap(nullptr, sizeof(pthread_barrier_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared == MAP_FAILED) return 1;
   auto* outside = static_cast<pthread_barrier_t*>(shared);
@@ -400,38 +397,18 @@ int main(int argc, char** argv) {
   pthread_barrierattr_init(&attr);
   pthread_barrierattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
   if (pthread_barrier_init(outside, &attr, static_cast<unsigned>(o.ranks)) != 0) return 1;
-  // Only ranks touch CUDA: a process that initialised CUDA cannot hand it to the children it forks.
-  ranks::Group group(o.ranks, [&](int r) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-      results.report_skipped();
-      return 0;
-    }
-    CUDA_OK(cudaSetDevice(r % n));
+  const rank_results::Totals totals = comm_ranks::run(o.ranks, 600, [&](const comm_ranks::Rank& cr, int* passed) {
     Rank R;
-    R.me = r;
-    R.n = o.ranks;
+    R.me = cr.rank;
+    R.n = cr.nranks;
+    R.comm = cr.comm;
+    R.stream = cr.stream;
     R.outside = outside;
     R.on_device = 0;
-    for (int p = 0; p < o.ranks; ++p) R.on_device += p % n == r % n;
-    CUDA_OK(cudaStreamCreateWithFlags(&R.stream, cudaStreamNonBlocking));
-    if (ncclCommInitRank(&R.comm, o.ranks, id, r) != ncclSuccess) {
-      std::printf("FAIL init rank %d\n", r);
-      return 2;
-    }
+    for (int p = 0; p < o.ranks; ++p) R.on_device += p % cr.devices == cr.device;
     run_rank(R, o);
-    R.check(ncclCommDestroy(R.comm) == ncclSuccess, "ncclCommDestroy");
-    results.report(R.passed, R.failed);
-    return R.failed ? 1 : 0;
+    *passed = R.passed;
+    return R.failed;
   });
-  group.wait(ranks::Clock::now() + ranks::seconds(600));
-  const rank_results::Totals totals = results.collect(o.ranks, group);
-  if (totals.skipped) {
-    std::printf("SKIPPED: no CUDA device usable on this machine\n0 passed, 0 failed, 1 skipped\n");
-    return 77;
-  }
-  int failed = totals.failed;
-  if (totals.passed + failed == 0) failed = 1;
-  std::printf("%d passed, %d failed\n", totals.passed, failed);
-  return failed ? 1 : 0;
+  return rank_results::finish(totals);
 }

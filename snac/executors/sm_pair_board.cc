@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "core/log.h"
-#include "snac/executors/peer_remap.h"
 #include "core/shm_gather.h"
+#include "snac/executors/peer_remap.h"
 
 namespace purlin::snac {
 

@@ -250,8 +250,11 @@ void remap_sendrecv(Rank& R, const Driver& d) {
   auto replay = [&](int number, const char* how) {
     std::vector<std::int32_t> in(count), got(count);
     for (std::size_t i = 0; i < count; ++i) in[i] = value(R.me, number, 7, i);
-    CUDA_OK(cudaMemcpy(sbuf, in.data(), count * 4, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemset(rbuf, 0xA5, count * 4));
+    // On the stream the graph runs on (a non-blocking one: the legacy stream's copies would not be
+    // ordered before it), and landed before `in` goes.
+    CUDA_OK(cudaMemcpyAsync(sbuf, in.data(), count * 4, cudaMemcpyHostToDevice, R.stream));
+    CUDA_OK(cudaMemsetAsync(rbuf, 0xA5, count * 4, R.stream));
+    CUDA_OK(cudaStreamSynchronize(R.stream));
     CUDA_OK(cudaGraphLaunch(graph, R.stream));
     CUDA_OK(cudaStreamSynchronize(R.stream));
     CUDA_OK(cudaMemcpy(got.data(), rbuf, count * 4, cudaMemcpyDeviceToHost));

@@ -38,6 +38,30 @@
 namespace purlin::snac {
 namespace {
 
+// The calling thread's current device, put back when this goes (suspend and resume run on the
+// caller's thread, as NCCL's keep its device).
+struct CurrentDevice {
+  int device = -1;
+  CurrentDevice() {
+    if (cudaGetDevice(&device) != cudaSuccess) device = -1;
+  }
+  ~CurrentDevice() {
+    if (device >= 0) cudaSetDevice(device);
+  }
+};
+
+// Collective: every rank's `local` outcome of a step that may fail on one rank alone; the first
+// failure of any rank, so that all go on or all stop together instead of some waiting for the rest.
+Status agree(Bootstrap& boot, Status local) {
+  const auto mine = static_cast<std::int32_t>(local);
+  std::vector<std::int32_t> all(static_cast<std::size_t>(boot.nranks()));
+  PURLIN_TRY(boot.all_gather(&mine, sizeof(mine), all.data()));
+  for (int r = 0; r < boot.nranks(); ++r)
+    if (all[r] != 0)
+      return r == boot.rank() ? local : fail(static_cast<Status>(all[r]), fmt::format("rank {} failed to go on", r));
+  return Status::ok;
+}
+
 class SmExecutor final : public Executor {
  public:
   ~SmExecutor() override {
@@ -564,17 +588,31 @@ class SmExecutor final : public Executor {
   // does the rest (small, and kept by captured graphs as it is).
   std::uint64_t suspendable_bytes() const override { return own_vmm_.ptr ? own_vmm_.bytes : 0; }
 
+  // The peers' user buffers the zero-staged collectives and Send/Recv messages map (each a
+  // collective step; the board exists alike on every rank).
+  Status resume_peer_buffers() {
+    PURLIN_TRY(peers_->resume());
+    return board_ ? board_->resume() : Status::ok;
+  }
+
   Status suspend_memory(Bootstrap& boot) override {
+    const CurrentDevice keep;
     PURLIN_TRY(cuda::set_device(device_));
-    PURLIN_TRY(cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
-    PURLIN_TRY(boot.barrier());  // no kernel of any rank uses a window any more
+    // Every rank's work is complete (a peer's kernel may still write into this window until then)
+    // before the window's contents are kept: flags and epochs, and the messages of sends that
+    // completed before their receives were posted, which come back at resume. At each step the
+    // ranks agree that each got this far.
+    PURLIN_TRY(agree(boot, cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize")));
+    Status local = Status::ok;
+    if (suspendable_bytes()) {  // alike on every rank: the ranks chose together
+      suspended_window_ = std::make_unique_for_overwrite<char[]>(own_vmm_.bytes);
+      local = cuda::check(cudaMemcpy(suspended_window_.get(), own_vmm_.ptr, own_vmm_.bytes, cudaMemcpyDeviceToHost),
+                          "cudaMemcpy(window to host)");
+    }
+    PURLIN_TRY(agree(boot, local));
     peers_->suspend();
-    if (suspendable_bytes() == 0) return Status::ok;  // alike on every rank: the ranks chose together
-    // The window's contents come back at resume: its flags and epochs, and the messages of sends
-    // that completed before their receives were posted.
-    suspended_window_ = std::make_unique_for_overwrite<char[]>(own_vmm_.bytes);
-    PURLIN_TRY(cuda::check(cudaMemcpy(suspended_window_.get(), own_vmm_.ptr, own_vmm_.bytes, cudaMemcpyDeviceToHost),
-                           "cudaMemcpy(window to host)"));
+    if (board_) board_->suspend();
+    if (suspendable_bytes() == 0) return Status::ok;
     for (cuda::VmmMapping& m : imported_vmm_) cuda::vmm_unmap(&m);
     cuda::vmm_unmap(&own_vmm_);
     log::info(log::kInit, "SM datapath: rank {} suspended its window ({} B, kept in host memory) and its mappings of {} peers' windows",
@@ -583,18 +621,27 @@ class SmExecutor final : public Executor {
   }
 
   Status resume_memory(Bootstrap& boot) override {
+    const CurrentDevice keep;
     PURLIN_TRY(cuda::set_device(device_));
     if (suspendable_bytes() == 0) {
-      PURLIN_TRY(peers_->resume());
+      PURLIN_TRY(resume_peer_buffers());
       return boot.barrier();
     }
-    if (!suspended_window_) return fail(Status::internal_error, "SM datapath: resumed without being suspended");
-    PURLIN_TRY(cuda::vmm_remap(device_, &own_vmm_));
-    PURLIN_TRY(cuda::check(cudaMemcpy(own_vmm_.ptr, suspended_window_.get(), own_vmm_.bytes, cudaMemcpyHostToDevice),
-                           "cudaMemcpy(window from host)"));
-    // A copy from pageable memory may return before it lands: no kernel, ours or a peer's, may see
-    // the window before it has.
-    PURLIN_TRY(cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
+    // New memory with the window's contents, and a descriptor of it; the ranks agree that each got
+    // this far before they exchange descriptors. A copy from pageable memory may return before it
+    // lands: no kernel, ours or a peer's, may see the window before it has.
+    Status local = suspended_window_ ? cuda::vmm_remap(device_, &own_vmm_)
+                                     : fail(Status::internal_error, "SM datapath: resumed without being suspended");
+    if (local == Status::ok)
+      local = cuda::check(cudaMemcpy(own_vmm_.ptr, suspended_window_.get(), own_vmm_.bytes, cudaMemcpyHostToDevice),
+                          "cudaMemcpy(window from host)");
+    if (local == Status::ok) local = cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    int fd = -1;
+    if (local == Status::ok) local = cuda::vmm_export_fd(own_vmm_, &fd);
+    if (Status agreed = agree(boot, local); agreed != Status::ok) {
+      if (fd >= 0) ::close(fd);
+      return agreed;
+    }
     suspended_window_.reset();
     // Every rank of another process gets a descriptor of the new memory and maps it where it mapped
     // the old one, so the windows' addresses (kernel arguments, captured graphs) stay valid.
@@ -607,16 +654,19 @@ class SmExecutor final : public Executor {
     if (opened == Status::ok) mine = Box{mailbox->address(), 1};
     const int n = boot.nranks();
     std::vector<Box> all(static_cast<std::size_t>(n));
-    PURLIN_TRY(boot.all_gather(&mine, sizeof(Box), all.data()));
+    Status s = boot.all_gather(&mine, sizeof(Box), all.data());
     for (const Box& b : all)
-      if (!b.open) return opened != Status::ok ? opened : fail(Status::system_error, "SM datapath: a peer could not open its mailbox to resume");
+      if (s == Status::ok && !b.open)
+        s = opened != Status::ok ? opened : fail(Status::system_error, "SM datapath: a peer could not open its mailbox to resume");
+    if (s != Status::ok) {
+      ::close(fd);
+      return s;
+    }
     std::vector<FdAddress> boxes(static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r) boxes[r] = all[r].address;
-    int fd = -1;
-    PURLIN_TRY(cuda::vmm_export_fd(own_vmm_, &fd));
     std::vector<ReceivedFd> got;
-    Status s = mailbox->exchange(boot.rank(), fd, other_processes_, other_processes_, boxes, config().bootstrap_timeout_s,
-                                 [&boot] { return boot.stopped(); }, &got);
+    s = mailbox->exchange(boot.rank(), fd, other_processes_, other_processes_, boxes, config().bootstrap_timeout_s,
+                          [&boot] { return boot.stopped(); }, &got);
     ::close(fd);
     for (const ReceivedFd& g : got) {
       const auto at = std::find(imported_from_.begin(), imported_from_.end(), g.from);
@@ -628,7 +678,7 @@ class SmExecutor final : public Executor {
     PURLIN_TRY(s);
     log::info(log::kInit, "SM datapath: rank {} resumed its window and its mappings of {} peers' windows", boot.rank(),
               imported_vmm_.size());
-    PURLIN_TRY(peers_->resume());  // the peers' user buffers the zero-staged calls map
+    PURLIN_TRY(resume_peer_buffers());
     return boot.barrier();  // every rank maps every window again
   }
   std::string last_plan() const override {

@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "core/shm_gather.h"
+#include "snac/executors/peer_remap.h"
 
 namespace purlin::snac {
 
@@ -129,6 +130,7 @@ Status PairBoard::map_peer(int owner, int owner_side, std::uint64_t q, const Pai
                                     fmt::format("rank {}: rank {}'s Send/Recv buffer is neither mapped nor sent", rank_, owner));
     if (fd >= 0) ::close(fd);
     PURLIN_TRY(s);
+    m.owner_base = o.ptr - o.offset;
     it = maps_.emplace(key, std::move(m)).first;
     log::info(log::kColl, "zero-staging: rank {} mapped rank {}'s Send/Recv buffer ({} peer allocations held for Send/Recv)",
               rank_, owner, maps_.size());
@@ -213,5 +215,19 @@ Status PairBoard::meet(int peer, int side, char* buf, std::uint64_t bytes, cudaG
 }
 
 Status PairBoard::launched(cudaStream_t stream) { return fence_used(stream, &last_used_, &maps_); }
+
+void PairBoard::suspend() {
+  take_returns();
+  for (auto& [m, fence] : retiring_) cuda::vmm_free(&m);  // every call is complete
+  retiring_.clear();
+  for (auto& [key, m] : maps_) cuda::vmm_unmap(&m.vmm);
+}
+
+Status PairBoard::resume() {
+  std::vector<Remap> wants;
+  for (auto& [key, m] : maps_)
+    if (m.vmm.ptr && !m.vmm.handle) wants.push_back(Remap{std::get<0>(key), m.owner_base, m.vmm.bytes, &m.vmm});
+  return remap_peer_allocations(*boot_, device_, timeout_s_, wants, "zero-staged Send/Recv");
+}
 
 }  // namespace purlin::snac

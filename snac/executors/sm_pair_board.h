@@ -52,11 +52,17 @@ class PairBoard {
   Status launched(cudaStream_t stream);
   // Peer allocations mapped here (for tests and logs).
   std::size_t held() const { return maps_.size(); }
+  // Suspending memory, as PeerBuffers::suspend and resume do for the collectives' buffers: every
+  // call is complete; the mappings of the peers' Send/Recv buffers are given back with their
+  // addresses kept, and resume() (collective) maps each owner's allocation there again.
+  void suspend();
+  Status resume();
 
  private:
   PairBoard() = default;
   struct Mapping {
     cuda::VmmMapping vmm;
+    std::uint64_t owner_base = 0;  // the allocation as its owner sees it
     bool listed = false;  // in PairHeld's list of its owner and side
     int graphs = 0;
     std::shared_ptr<MappingFence> fence;

@@ -2,14 +2,13 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cstring>
-#include <thread>
 
 #include <fmt/format.h>
 
 #include "core/config.h"
 #include "core/log.h"
+#include "snac/executors/peer_remap.h"
 
 namespace purlin::snac {
 namespace {
@@ -370,103 +369,10 @@ void PeerBuffers::suspend() {
 }
 
 Status PeerBuffers::resume() {
-  const int n = boot_->nranks(), me = boot_->rank();
-  if (!mailbox_) PURLIN_TRY(FdMailbox::open(&mailbox_));
-  // What this rank maps of each owner (in the order of mapped_), as the owner sees it.
-  struct Want {
-    std::uint64_t base, bytes;
-  };
-  std::vector<std::vector<Want>> wants(static_cast<std::size_t>(n));
-  std::vector<std::vector<Mapping*>> targets(static_cast<std::size_t>(n));
+  std::vector<Remap> wants;
   for (auto& [key, m] : mapped_)
-    if (m.vmm.ptr && !m.vmm.handle) {
-      wants[key.first].push_back(Want{m.owner_base, m.owner_bytes});
-      targets[key.first].push_back(&m);
-    }
-  struct Head {
-    FdAddress box;
-    std::uint32_t count[kMaxRanks];  // allocations this rank maps of each owner
-  } mine{mailbox_->address(), {}};
-  for (int p = 0; p < n; ++p) mine.count[p] = static_cast<std::uint32_t>(wants[p].size());
-  std::vector<Head> heads(static_cast<std::size_t>(n));
-  PURLIN_TRY(boot_->all_gather(&mine, sizeof(Head), heads.data()));
-  std::vector<FdAddress> boxes(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) boxes[r] = heads[r].box;
-  // Each owner learns what its peers map, says which of those it has at the same base and size
-  // now, and sends a descriptor of each.
-  for (int p = 0; p < n; ++p)
-    if (!wants[p].empty()) PURLIN_TRY(boot_->send(p, wants[p].data(), wants[p].size() * sizeof(Want)));
-  std::vector<std::vector<Want>> asked(static_cast<std::size_t>(n));
-  std::vector<std::vector<std::uint8_t>> served(static_cast<std::size_t>(n));
-  for (int q = 0; q < n; ++q) {
-    if (heads[q].count[me] == 0) continue;
-    asked[q].resize(heads[q].count[me]);
-    PURLIN_TRY(boot_->recv(q, asked[q].data(), asked[q].size() * sizeof(Want)));
-    for (const Want& w : asked[q]) {
-      cuda::BufferShare b;
-      const bool here = cuda::describe_buffer(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(w.base)), 1, &b) ==
-                            Status::ok &&
-                        b.kind == cuda::ShareKind::vmm_fd && b.base == w.base && b.bytes == w.bytes;
-      served[q].push_back(here ? 1 : 0);
-    }
-    PURLIN_TRY(boot_->send(q, served[q].data(), served[q].size()));
-  }
-  std::size_t expected = 0;
-  std::vector<std::vector<std::uint8_t>> answers(static_cast<std::size_t>(n));
-  for (int p = 0; p < n; ++p) {
-    if (wants[p].empty()) continue;
-    answers[p].resize(wants[p].size());
-    PURLIN_TRY(boot_->recv(p, answers[p].data(), answers[p].size()));
-    for (std::size_t k = 0; k < answers[p].size(); ++k) {
-      if (answers[p][k]) ++expected;
-      else log::warn("zero-staging: rank {}'s allocation at {:#x} ({} B) was not back at ncclCommResume: rank {} "
-                     "leaves it unmapped, and graphs captured on it must be captured again", p, wants[p][k].base,
-                     wants[p][k].bytes, me);
-    }
-  }
-  // Descriptors go out (tagged with the request's place) and come in until every one has done both.
-  struct Post {
-    int to;
-    std::uint64_t tag, base;
-  };
-  std::vector<Post> posts;
-  for (int q = 0; q < n; ++q)
-    for (std::size_t k = 0; k < served[q].size(); ++k)
-      if (served[q][k]) posts.push_back(Post{q, k, asked[q][k].base});
-  std::map<std::pair<int, std::uint64_t>, int> got;
-  Status s = Status::ok;
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point start = Clock::now();
-  while (s == Status::ok && (!posts.empty() || got.size() < expected)) {
-    for (auto it = posts.begin(); s == Status::ok && it != posts.end();) {
-      int fd = -1;
-      s = cuda::vmm_export_buffer_fd(it->base, &fd);
-      bool sent = false;
-      if (s == Status::ok) s = mailbox_->post(me, fd, it->tag, boxes[it->to], &sent);
-      if (fd >= 0) ::close(fd);
-      it = sent ? posts.erase(it) : std::next(it);
-    }
-    std::vector<ReceivedFd> in;
-    mailbox_->take(boxes, &in);
-    for (const ReceivedFd& r : in)
-      if (!got.emplace(std::make_pair(r.from, r.tag), r.fd).second) ::close(r.fd);
-    if (boot_->stopped()) s = fail(Status::remote_error, "zero-staging: a peer stopped while the ranks resumed");
-    else if (Clock::now() - start > std::chrono::duration<double>(timeout_s_))
-      s = fail(Status::remote_error, "zero-staging: the peers' allocations did not come back within the timeout");
-    else if (!posts.empty() || got.size() < expected) std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  std::size_t mapped = 0;
-  for (auto& [from_tag, fd] : got) {
-    const auto [from, tag] = from_tag;
-    const bool known = from >= 0 && from < n && tag < targets[from].size();
-    if (s == Status::ok && !known) s = fail(Status::internal_error, "zero-staging: a descriptor no request asked for");
-    if (s == Status::ok) s = cuda::vmm_import_fd_at(fd, device_, &targets[from][tag]->vmm);
-    if (s == Status::ok) ++mapped;
-    ::close(fd);
-  }
-  PURLIN_TRY(s);
-  if (mapped) log::info(log::kColl, "zero-staging: rank {} mapped {} peer allocations again at their addresses", me, mapped);
-  return Status::ok;
+    if (m.vmm.ptr && !m.vmm.handle) wants.push_back(Remap{key.first, m.owner_base, m.owner_bytes, &m.vmm});
+  return remap_peer_allocations(*boot_, device_, timeout_s_, wants, "zero-staging");
 }
 
 }  // namespace purlin::snac

@@ -5,7 +5,8 @@
 //   rank_results::Pipe results;
 //   ranks::Group group(n, [&](int r) { ...; results.report(passed, failed); ... });
 //   group.wait(deadline);
-//   const rank_results::Totals t = results.collect(n, group);
+//   rank_results::Totals t = results.collect(n, group);
+//   return rank_results::finish(t);
 #pragma once
 
 #include <unistd.h>
@@ -77,5 +78,17 @@ class Pipe {
   }
   int fds_[2] = {-1, -1};
 };
+
+// The launcher's last words: the skip line (exit status 77) where some rank found no device,
+// otherwise "P passed, F failed" (a run that checked nothing fails) and its exit status.
+inline int finish(const Totals& t) {
+  if (t.skipped) {
+    std::printf("SKIPPED: no CUDA device usable on this machine\n0 passed, 0 failed, 1 skipped\n");
+    return 77;
+  }
+  const int failed = t.passed + t.failed == 0 ? 1 : t.failed;
+  std::printf("%d passed, %d failed\n", t.passed, failed);
+  return failed ? 1 : 0;
+}
 
 }  // namespace rank_results

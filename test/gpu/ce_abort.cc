@@ -182,12 +182,10 @@ int main(int argc, char** argv) {
     return failed ? 1 : 0;
   });
   group.wait(ranks::Clock::now() + ranks::seconds(300));
-  const rank_results::Totals totals = results.collect(kRanks, group);
-  int passed = totals.passed, failed = totals.failed;
+  rank_results::Totals totals = results.collect(kRanks, group);
   if (totals.skipped) {
     std::filesystem::remove_all(dir);
-    std::printf("SKIPPED: no CUDA device usable on this machine\n0 passed, 0 failed, 1 skipped\n");
-    return 77;
+    return rank_results::finish(totals);
   }
   // The call ran on the copy engines: the ranks' COLL lines say so.
   int ce_lines = 0;
@@ -199,11 +197,9 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(dir);
   if (ce_lines == 0) {
     std::printf("FAIL: no COLL line says a call ran on the copy engines\n");
-    ++failed;
+    ++totals.failed;
   } else {
-    ++passed;
+    ++totals.passed;
   }
-  if (passed + failed == 0) failed = 1;
-  std::printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return rank_results::finish(totals);
 }

@@ -17,7 +17,7 @@
 // With --remap instead: a graph's zero-staged AllReduce on buffers of a cuMem allocator of the test's
 // own, whose memory every rank gives back and maps anew at the same addresses between suspend and
 // resume (as vLLM's allocator does in sleep mode); the graph replayed and the call run eager must
-// both be exact.
+// both be exact. Then the same for a graph of zero-staged Send/Recv messages in a ring.
 //
 // Usage: test_suspend [--ranks N] [--cycles C] [--remap]
 // Prints "N passed, N failed" (or a skip line without a GPU); exits non-zero on failure.
@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "nccl_shim/nccl_next.h"
+#include "test/common/comm_ranks.h"
 #include "test/common/cuda_ok.h"
 #include "test/common/loopback.h"
 #include "test/common/rank_results.h"
@@ -223,6 +224,59 @@ Remappable remappable(const Driver& d, std::size_t bytes) {
   return m;
 }
 
+// The same for a ring of Send/Recv messages large enough to be zero-staged (above the staged path's
+// two halves, 16 MiB where ranks share a GPU): each rank sends to the next and receives from the
+// previous, from a graph captured before the memory is mapped anew.
+void remap_sendrecv(Rank& R, const Driver& d) {
+  const std::size_t count = (std::size_t{20} << 20) / 4 + 3;
+  Remappable send = remappable(d, count * 4), recv = remappable(d, count * 4);
+  auto* sbuf = reinterpret_cast<std::int32_t*>(send.base);
+  auto* rbuf = reinterpret_cast<std::int32_t*>(recv.base);
+  const int next = (R.me + 1) % R.n, prev = (R.me + R.n - 1) % R.n;
+  auto ring = [&] {
+    ncclGroupStart();
+    ncclSend(sbuf, count, ncclInt32, next, R.comm, R.stream);
+    ncclRecv(rbuf, count, ncclInt32, prev, R.comm, R.stream);
+    return ncclGroupEnd();
+  };
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t graph = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(R.stream, cudaStreamCaptureModeThreadLocal));
+  const ncclResult_t captured = ring();
+  CUDA_OK(cudaStreamEndCapture(R.stream, &g));
+  R.check(captured == ncclSuccess, std::string("remap: Send/Recv capture: ") + ncclGetErrorString(captured));
+  CUDA_OK(cudaGraphInstantiate(&graph, g, 0));
+  CUDA_OK(cudaGraphDestroy(g));
+  auto replay = [&](int number, const char* how) {
+    std::vector<std::int32_t> in(count), got(count);
+    for (std::size_t i = 0; i < count; ++i) in[i] = value(R.me, number, 7, i);
+    // On the stream the graph runs on (a non-blocking one: the legacy stream's copies would not be
+    // ordered before it), and landed before `in` goes.
+    CUDA_OK(cudaMemcpyAsync(sbuf, in.data(), count * 4, cudaMemcpyHostToDevice, R.stream));
+    CUDA_OK(cudaMemsetAsync(rbuf, 0xA5, count * 4, R.stream));
+    CUDA_OK(cudaStreamSynchronize(R.stream));
+    CUDA_OK(cudaGraphLaunch(graph, R.stream));
+    CUDA_OK(cudaStreamSynchronize(R.stream));
+    CUDA_OK(cudaMemcpy(got.data(), rbuf, count * 4, cudaMemcpyDeviceToHost));
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < count; ++i) wrong += got[i] != value(prev, number, 7, i);
+    R.check(wrong == 0, std::string(how) + ": Send/Recv of " + std::to_string(count) + ": " + std::to_string(wrong) +
+                            " wrong elements");
+  };
+  replay(200, "remap: Send/Recv graph before");
+  R.check(ncclCommSuspend(R.comm, NCCL_SUSPEND_MEM) == ncclSuccess, "remap: ncclCommSuspend (Send/Recv)");
+  for (Remappable* m : {&send, &recv}) {
+    CU_OK(d.unmap(m->base, m->bytes));
+    CU_OK(d.release(m->handle));
+    back(d, *m);
+  }
+  pthread_barrier_wait(R.outside);
+  R.check(ncclCommResume(R.comm) == ncclSuccess, "remap: ncclCommResume (Send/Recv)");
+  replay(201, "remap: Send/Recv graph captured before the memory was mapped anew");
+  CUDA_OK(cudaGraphExecDestroy(graph));
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
 // A graph's zero-staged AllReduce on cuMem buffers; every rank's memory given back and mapped anew
 // at the same addresses (between ncclCommSuspend and ncclCommResume); the graph replayed, then the
 // same call eager. What must hold: both results exact.
@@ -249,6 +303,7 @@ void remap(Rank& R) {
   CUDA_OK(cudaGraphExecDestroy(graph));
   CUDA_OK(cudaDeviceSynchronize());
   R.calls.clear();
+  if (R.n > 1) remap_sendrecv(R, d);
 }
 
 void run_rank(Rank& R, const Options& o) {
@@ -338,10 +393,6 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
-  rank_results::Pipe results;
-  if (!results.ok()) return 1;
   void* shared = ::mmap(nullptr, sizeof(pthread_barrier_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared == MAP_FAILED) return 1;
   auto* outside = static_cast<pthread_barrier_t*>(shared);
@@ -349,38 +400,18 @@ int main(int argc, char** argv) {
   pthread_barrierattr_init(&attr);
   pthread_barrierattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
   if (pthread_barrier_init(outside, &attr, static_cast<unsigned>(o.ranks)) != 0) return 1;
-  // Only ranks touch CUDA: a process that initialised CUDA cannot hand it to the children it forks.
-  ranks::Group group(o.ranks, [&](int r) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-      results.report_skipped();
-      return 0;
-    }
-    CUDA_OK(cudaSetDevice(r % n));
+  const rank_results::Totals totals = comm_ranks::run(o.ranks, 600, [&](const comm_ranks::Rank& cr, int* passed) {
     Rank R;
-    R.me = r;
-    R.n = o.ranks;
+    R.me = cr.rank;
+    R.n = cr.nranks;
+    R.comm = cr.comm;
+    R.stream = cr.stream;
     R.outside = outside;
     R.on_device = 0;
-    for (int p = 0; p < o.ranks; ++p) R.on_device += p % n == r % n;
-    CUDA_OK(cudaStreamCreateWithFlags(&R.stream, cudaStreamNonBlocking));
-    if (ncclCommInitRank(&R.comm, o.ranks, id, r) != ncclSuccess) {
-      std::printf("FAIL init rank %d\n", r);
-      return 2;
-    }
+    for (int p = 0; p < o.ranks; ++p) R.on_device += p % cr.devices == cr.device;
     run_rank(R, o);
-    R.check(ncclCommDestroy(R.comm) == ncclSuccess, "ncclCommDestroy");
-    results.report(R.passed, R.failed);
-    return R.failed ? 1 : 0;
+    *passed = R.passed;
+    return R.failed;
   });
-  group.wait(ranks::Clock::now() + ranks::seconds(600));
-  const rank_results::Totals totals = results.collect(o.ranks, group);
-  if (totals.skipped) {
-    std::printf("SKIPPED: no CUDA device usable on this machine\n0 passed, 0 failed, 1 skipped\n");
-    return 77;
-  }
-  int failed = totals.failed;
-  if (totals.passed + failed == 0) failed = 1;
-  std::printf("%d passed, %d failed\n", totals.passed, failed);
-  return failed ? 1 : 0;
+  return rank_results::finish(totals);
 }

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "test/common/coll_log.h"
+#include "test/common/comm_ranks.h"
 #include "test/common/cuda_ok.h"
 #include "test/common/loopback.h"
 #include "test/common/rank_results.h"
@@ -185,39 +186,10 @@ int main(int argc, char** argv) {
   // Where the ranks' COLL lines go with --eager (one file per process).
   std::optional<coll_log::Files> logs;
   if (o.eager) logs.emplace("zs-cycles");
-  ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
-  rank_results::Pipe results;
-  if (!results.ok()) return 1;
-  // Only ranks touch CUDA: a process that initialised CUDA cannot hand it to the children it forks.
-  ranks::Group group(o.ranks, [&](int r) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-      results.report_skipped();
-      return 0;
-    }
-    CUDA_OK(cudaSetDevice(r % n));
-    cudaStream_t stream;
-    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    ncclComm_t comm;
-    if (ncclCommInitRank(&comm, o.ranks, id, r) != ncclSuccess) {
-      std::printf("FAIL init rank %d\n", r);
-      return 2;
-    }
-    int passed = 0;
-    const int failed = run_rank(r, o, comm, stream, &passed);
-    ncclCommDestroy(comm);
-    results.report(passed, failed);
-    return failed ? 1 : 0;
+  rank_results::Totals totals = comm_ranks::run(o.ranks, 1200, [&](const comm_ranks::Rank& R, int* passed) {
+    return run_rank(R.rank, o, R.comm, R.stream, passed);
   });
-  group.wait(ranks::Clock::now() + ranks::seconds(1200));
-  const rank_results::Totals totals = results.collect(o.ranks, group);
-  int passed = totals.passed, failed = totals.failed;
-  if (totals.skipped) {
-    std::printf("SKIPPED: no CUDA device usable on this machine\n0 passed, 0 failed, 1 skipped\n");
-    return 77;
-  }
-  if (o.eager) {
+  if (o.eager && !totals.skipped) {
     // Every eager call in place: mappings were made, and none was refused.
     int mapped = 0, staged = 0;
     for (const std::string& line : logs->lines("zero-staging:")) {
@@ -226,10 +198,8 @@ int main(int argc, char** argv) {
     }
     if (staged || mapped == 0) {
       std::printf("FAIL: %d log lines of staged calls, %d of mappings made\n", staged, mapped);
-      ++failed;
+      ++totals.failed;
     }
   }
-  if (passed + failed == 0) failed = 1;
-  std::printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return rank_results::finish(totals);
 }

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "test/common/coll_log.h"
+#include "test/common/comm_ranks.h"
 #include "test/common/cuda_ok.h"
 #include "test/common/loopback.h"
 #include "test/common/rank_results.h"
@@ -227,34 +228,9 @@ int main(int argc, char** argv) {
   }
   // Where the ranks' COLL lines go (one file per process).
   const coll_log::Files logs("zs-sequence");
-  ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
-  rank_results::Pipe results;
-  if (!results.ok()) return 1;
-  // Only ranks touch CUDA: a process that initialised CUDA cannot hand it to the children it forks.
-  ranks::Group group(o.ranks, [&](int r) {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-      results.report_skipped();
-      return 0;
-    }
-    const int device = r % count;
-    CUDA_OK(cudaSetDevice(device));
-    cudaStream_t stream;
-    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    ncclComm_t comm;
-    if (ncclCommInitRank(&comm, o.ranks, id, r) != ncclSuccess) {
-      std::printf("FAIL init rank %d\n", r);
-      return 2;
-    }
-    int passed = 0;
-    const int failed = run_rank(r, o, device, comm, stream, &passed);
-    ncclCommDestroy(comm);
-    results.report(passed, failed);
-    return failed ? 1 : 0;
+  rank_results::Totals totals = comm_ranks::run(o.ranks, 600, [&](const comm_ranks::Rank& R, int* passed) {
+    return run_rank(R.rank, o, R.device, R.comm, R.stream, passed);
   });
-  group.wait(ranks::Clock::now() + ranks::seconds(600));
-  const rank_results::Totals totals = results.collect(o.ranks, group);
   // Every large call in place: captured once, or run outside a graph in every replay.
   int in_place = 0, staged = 0;
   for (const std::string& line : logs.lines("zero-staging: rank")) {
@@ -262,19 +238,13 @@ int main(int argc, char** argv) {
     else if ((line.find("staged") != std::string::npos || line.find("could not") != std::string::npos) && staged++ < 3)
       std::printf("FAIL: %s\n", line.c_str());
   }
-  if (totals.skipped) {
-    std::printf("SKIPPED: no CUDA device usable on this machine\n0 passed, 0 failed, 1 skipped\n");
-    return 77;
-  }
-  int passed = totals.passed, failed = totals.failed;
+  if (totals.skipped) return rank_results::finish(totals);
   const int want_in_place = kLarge * o.ranks * (o.eager ? o.replays : 1);
   if (staged || in_place != want_in_place) {
     std::printf("FAIL: %d COLL lines of calls run in place, want %d; %d of others\n", in_place, want_in_place, staged);
-    ++failed;
+    ++totals.failed;
   } else {
-    ++passed;
+    ++totals.passed;
   }
-  if (passed + failed == 0) failed = 1;
-  std::printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return rank_results::finish(totals);
 }

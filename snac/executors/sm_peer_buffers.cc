@@ -226,7 +226,6 @@ Status PeerBuffers::map_peers(const std::vector<Offer>& all, const Offer& my, bo
       if (ok && cuda::vmm_import_fd(g.fd, all[g.from].side[s].bytes, device_, &m.vmm) == Status::ok) {
         m.base = static_cast<char*>(m.vmm.ptr);
         m.owner_base = all[g.from].side[s].base;
-        m.owner_bytes = all[g.from].side[s].bytes;
         mapped_[Key{g.from, all[g.from].side[s].id}] = m;
         ++fresh;
       } else {
@@ -371,7 +370,7 @@ void PeerBuffers::suspend() {
 Status PeerBuffers::resume() {
   std::vector<Remap> wants;
   for (auto& [key, m] : mapped_)
-    if (m.vmm.ptr && !m.vmm.handle) wants.push_back(Remap{key.first, m.owner_base, m.owner_bytes, &m.vmm});
+    if (m.vmm.ptr && !m.vmm.handle) wants.push_back(Remap{key.first, m.owner_base, m.vmm.bytes, &m.vmm});
   return remap_peer_allocations(*boot_, device_, timeout_s_, wants, "zero-staging");
 }
 

@@ -102,8 +102,7 @@ class PeerBuffers {
   struct Mapping {
     char* base = nullptr;
     cuda::VmmMapping vmm;
-    std::uint64_t owner_base = 0;  // cuMem: the allocation as its owner sees it
-    std::uint64_t owner_bytes = 0;
+    std::uint64_t owner_base = 0;  // cuMem: the allocation as its owner sees it (its size: vmm.bytes)
     void* ipc = nullptr;
     int graphs = 0;       // graphs still holding it
     bool eager = false;   // held for calls outside graphs

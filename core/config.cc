@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -18,8 +19,17 @@ std::vector<EnvVariable>& read_variables() {
   return *v;
 }
 
+// What the configuration files set, for log_config(): nothing may log while they are read, since
+// the logger reads the environment after them.
+std::mutex g_file_mutex;
+std::vector<std::string>& file_settings() {
+  static auto* v = new std::vector<std::string>();
+  return *v;
+}
+
 // The variable's value ("" when unset); the first reading of each name is kept for env_variables().
 std::string env(const char* name) {
+  apply_config_files();
   const char* v = std::getenv(name);
   std::string value = v ? std::string(v) : std::string();
   std::lock_guard<std::mutex> g(g_read_mutex);
@@ -157,17 +167,16 @@ Config read_config() {
   count_in("PURLIN_CHANNELS", 1, 64, &c.channels);
   count_in("PURLIN_EXCHANGE_POLL_NS", 0, 100000, &c.exchange_poll_ns);
   count_in("NCCL_LSA_TEAM_SIZE", 0, 1 << 20, &c.lsa_team_size);
-  {
-    std::string all = env("NCCL_PARAM_DUMP_ALL");
-    for (char& ch : all) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-    c.param_dump_all = all == "1" || all == "T" || all == "TRUE";
-  }
   count_in("PURLIN_EXCHANGE_CHANNELS", 1, 64, &c.exchange_channels);
   count_in("PURLIN_ZERO_STAGING_CTAS", 1, 64, &c.zero_staging_ctas);
   return c;
 }
 
 void log_config(const Config& c) {
+  {
+    std::lock_guard<std::mutex> g(g_file_mutex);
+    for (const std::string& line : file_settings()) log::info(log::kEnv, "{}", line);
+  }
   log::info(log::kEnv, "Purlin {}: PURLIN_DATAPATH={} PURLIN_TIMEOUT={}s PURLIN_BOOTSTRAP_TIMEOUT={}s "
             "NCCL_NVLS_ENABLE={} PURLIN_NVLS={}",
             PURLIN_VERSION,
@@ -280,6 +289,54 @@ std::optional<std::uint64_t> parse_bytes(const std::string& text) {
 }
 
 Config read_environment() { return read_config(); }
+
+int apply_config_file(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "r");
+  if (file == nullptr) return 0;
+  int set = 0;
+  char line[4096];
+  while (std::fgets(line, sizeof line, file) != nullptr) {
+    std::string text(line);
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (text.empty() || text[0] == '#') continue;
+    const std::size_t eq = text.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string name = text.substr(0, std::min<std::size_t>(eq, 1023));
+    const std::string value = text.substr(eq + 1, 1023);
+    if (name.empty() || std::getenv(name.c_str()) != nullptr) continue;
+    if (::setenv(name.c_str(), value.c_str(), 0) != 0) continue;
+    ++set;
+    std::lock_guard<std::mutex> g(g_file_mutex);
+    file_settings().push_back(fmt::format("{} set by {} to {}", name, path, value));
+  }
+  std::fclose(file);
+  return set;
+}
+
+std::vector<std::string> config_file_paths() {
+  std::vector<std::string> paths;
+  const char* user = std::getenv("NCCL_CONF_FILE");
+  const char* home = std::getenv("HOME");
+  if (user != nullptr && *user != '\0') paths.emplace_back(user);
+  else if (home != nullptr) paths.push_back(std::string(home) + "/.nccl.conf");
+  paths.emplace_back("/etc/nccl.conf");
+  return paths;
+}
+
+void apply_config_files() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const std::string& path : config_file_paths()) apply_config_file(path);
+  });
+}
+
+std::optional<std::string> env_now(const char* name) {
+  apply_config_files();
+  const char* v = std::getenv(name);
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
+}
 
 std::vector<EnvVariable> env_variables() {
   config();

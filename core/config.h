@@ -44,7 +44,6 @@ struct Config {
   bool nvls_disabled = false;    // NCCL_NVLS_ENABLE=0 is a hard off
   bool check_pointers = false;   // NCCL_CHECK_POINTERS=1: every call asks the driver where its buffers live
   int lsa_team_size = 0;         // NCCL_LSA_TEAM_SIZE: caps the size of ncclTeamLsa's teams (0: unset)
-  bool param_dump_all = false;   // NCCL_PARAM_DUMP_ALL=1|true: the parameter API lists PURLIN_ variables too
   bool mem_manager_disabled = false;  // NCCL_DISABLE_MEM_MANAGER other than 0: ncclCommMemStats is refused
 
   // Purlin's own.
@@ -99,6 +98,22 @@ struct Config {
   std::string policy_file;             // PURLIN_POLICY_FILE: a policy table (snac/runtime/policy.h) over the defaults
   std::string stamps_path;             // PURLIN_STAMPS: where the GPU exchange writes its per-call timestamps
 };
+
+// NCCL's configuration files, read as NCCL reads them, once, before the first variable is read
+// (config(), the logger, env_now()): the file NCCL_CONF_FILE names, or $HOME/.nccl.conf where it is
+// unset or empty, then /etc/nccl.conf. Each line `NAME=VALUE` sets a variable the environment does
+// not have yet, so the environment wins over the files and the first file over the second; lines
+// that start with '#' or have no '=' are skipped, nothing is trimmed. What they set is logged at
+// INFO (ENV) with the configuration.
+void apply_config_files();
+// The files apply_config_files() reads, in its order, for the environment as it is now.
+std::vector<std::string> config_file_paths();
+// One file's lines, applied as above; returns how many variables it set (0 where it cannot be opened).
+int apply_config_file(const std::string& path);
+
+// A variable as the environment holds it now, after the configuration files (nullopt when unset):
+// for NCCL's parameter API, which reads its variables anew on every call as NCCL does.
+std::optional<std::string> env_now(const char* name);
 
 // The process-wide configuration, read on first use.
 const Config& config();

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -20,43 +21,11 @@ namespace purlin::log {
 namespace {
 
 struct Logger {
-  Level level = Level::warn;
-  unsigned mask = kInit | kEnv;  // NCCL's default subsystems
+  Level level = Level::none;
+  std::uint64_t mask = kDefaultSubsys;
   std::shared_ptr<spdlog::logger> sink;
   std::string host;
 };
-
-Level parse_level(const std::string& text) {
-  if (text.empty()) return Level::none;
-  std::string t;
-  for (char c : text) t += static_cast<char>(toupper(static_cast<unsigned char>(c)));
-  if (t == "VERSION") return Level::version;
-  if (t == "WARN") return Level::warn;
-  if (t == "INFO") return Level::info;
-  if (t == "TRACE" || t == "ABORT") return Level::trace;
-  return Level::none;
-}
-
-unsigned parse_subsys(const std::string& text) {
-  if (text.empty()) return kInit | kEnv;
-  bool invert = !text.empty() && text[0] == '^';
-  unsigned mask = 0;
-  std::size_t start = invert ? 1 : 0;
-  while (start <= text.size()) {
-    std::size_t end = text.find(',', start);
-    if (end == std::string::npos) end = text.size();
-    std::string item = text.substr(start, end - start);
-    for (auto& c : item) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
-    static const struct { const char* name; unsigned bit; } names[] = {
-        {"INIT", kInit}, {"COLL", kColl}, {"P2P", kP2p},   {"SHM", kShm},     {"NET", kNet},
-        {"GRAPH", kGraph}, {"TUNE", kTune}, {"ENV", kEnv}, {"ALLOC", kAlloc}, {"CALL", kCall},
-        {"ALL", kAll}};
-    for (const auto& n : names)
-      if (item == n.name) mask |= n.bit;
-    start = end + 1;
-  }
-  return invert ? ~mask : mask;
-}
 
 std::string expand_file_name(const std::string& pattern, const std::string& host) {
   std::string out;
@@ -81,11 +50,11 @@ thread_local int tls_device = -1;
 
 // A logger as NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE say now.
 Logger* make_logger() {
-  // Read the variables directly: config() logs through us, so it cannot be used here.
-  auto env = [](const char* name) { const char* v = getenv(name); return std::string(v ? v : ""); };
+  // Not through config(), which logs through us: the variables as they are now, after NCCL's files.
+  auto env = [](const char* name) { return env_now(name).value_or(""); };
   auto* fresh = new Logger();  // lives for the process: log lines may come from exit handlers
-  fresh->level = parse_level(env("NCCL_DEBUG"));
-  fresh->mask = parse_subsys(env("NCCL_DEBUG_SUBSYS"));
+  fresh->level = parse_level(env("NCCL_DEBUG")).value_or(Level::none);
+  if (auto subsys = env_now("NCCL_DEBUG_SUBSYS")) fresh->mask = parse_subsys(*subsys).value_or(kDefaultSubsys);
   char name[256] = {0};
   gethostname(name, sizeof(name) - 1);
   fresh->host = name;
@@ -118,7 +87,80 @@ Logger& logger() {
   return *l;
 }
 
+struct SubsysName {
+  const char* name;
+  std::uint64_t bits;
+};
+// In NCCL's order; ALL is the one name of several bits.
+constexpr SubsysName kSubsysNames[] = {
+    {"INIT", kInit},     {"COLL", kColl},       {"P2P", kP2p},         {"SHM", kShm},
+    {"NET", kNet},       {"GRAPH", kGraph},     {"TUNING", kTune},     {"ENV", kEnv},
+    {"ALLOC", kAlloc},   {"ALLOC_HOST", kAllocHost}, {"CALL", kCall},   {"PROXY", kProxy},
+    {"NVLS", kNvls},     {"BOOTSTRAP", kBootstrap}, {"REG", kReg},      {"PROFILE", kProfile},
+    {"RAS", kRas},       {"DESTROY", kDestroy}, {"ALL", ~std::uint64_t{0}},
+};
+
+constexpr const char* kLevelNames[] = {"VERSION", "WARN", "INFO", "ABORT", "TRACE"};
+
+std::string_view trimmed(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+bool same_letters(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
+
 }  // namespace
+
+std::optional<Level> parse_level(std::string_view text) {
+  const std::string_view t = trimmed(text);
+  for (int i = 0; i < 5; ++i)
+    if (same_letters(t, kLevelNames[i])) return static_cast<Level>(i + 1);
+  return std::nullopt;
+}
+
+const char* level_name(Level level) {
+  const int i = static_cast<int>(level);
+  return i >= 1 && i <= 5 ? kLevelNames[i - 1] : "<unknown>";
+}
+
+std::optional<std::uint64_t> parse_subsys(std::string_view text) {
+  const bool invert = !text.empty() && text.front() == '^';
+  if (invert) text.remove_prefix(1);
+  std::uint64_t mask = invert ? ~std::uint64_t{0} : 0;
+  while (true) {
+    const std::size_t comma = text.find(',');
+    const std::string_view item = trimmed(text.substr(0, comma));
+    if (!item.empty()) {
+      const SubsysName* found = nullptr;
+      for (const SubsysName& n : kSubsysNames)
+        if (same_letters(item, n.name)) found = &n;
+      if (found == nullptr) return std::nullopt;
+      mask = invert ? mask & ~found->bits : mask | found->bits;
+    }
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  return mask;
+}
+
+std::string subsys_names(std::uint64_t mask) {
+  for (const SubsysName& n : kSubsysNames)
+    if (n.bits == mask) return n.name;
+  std::string out;
+  for (const SubsysName& n : kSubsysNames) {
+    const bool one_bit = n.bits != 0 && (n.bits & (n.bits - 1)) == 0;
+    if (!one_bit || (mask & n.bits) != n.bits) continue;
+    if (!out.empty()) out += ',';
+    out += n.name;
+  }
+  return out.empty() ? "NONE" : out;
+}
 
 bool enabled(Level level, unsigned subsys) {
   const Logger& l = logger();

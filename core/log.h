@@ -1,10 +1,12 @@
 // Logging in NCCL's format and levels through spdlog:
 //   host:pid:tid [dev] NCCL INFO <message>
-// NCCL_DEBUG chooses the level (VERSION, WARN, INFO, TRACE), NCCL_DEBUG_SUBSYS the subsystems
-// (INIT, COLL, P2P, SHM, NET, GRAPH, TUNE, ENV, ALLOC, CALL, ALL, ^ to negate), NCCL_DEBUG_FILE the
-// destination (%h host, %p pid). WARN lines are always printed when NCCL_DEBUG is WARN or more.
+// NCCL_DEBUG chooses the level (VERSION, WARN, INFO, ABORT, TRACE), NCCL_DEBUG_SUBSYS the
+// subsystems (INIT, COLL, ..., ALL; ^ negates), NCCL_DEBUG_FILE the destination (%h host, %p pid),
+// each parsed as NCCL 2.30 parses it. WARN lines are printed whenever NCCL_DEBUG is WARN or more.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -12,7 +14,8 @@
 
 namespace purlin::log {
 
-enum class Level : int { none = 0, version = 1, warn = 2, info = 3, trace = 4 };
+// NCCL's levels and subsystem bits (ncclDebugLogLevel, ncclDebugLogSubSys), with their values.
+enum class Level : int { none = 0, version = 1, warn = 2, info = 3, abort = 4, trace = 5 };
 
 enum Subsys : unsigned {
   kInit = 1u << 0,
@@ -25,8 +28,30 @@ enum Subsys : unsigned {
   kEnv = 1u << 7,
   kAlloc = 1u << 8,
   kCall = 1u << 9,
+  kProxy = 1u << 10,
+  kNvls = 1u << 11,
+  kBootstrap = 1u << 12,
+  kReg = 1u << 13,
+  kProfile = 1u << 14,
+  kRas = 1u << 15,
+  kDestroy = 1u << 16,
+  kAllocHost = 1u << 17,
   kAll = ~0u,
 };
+
+// NCCL_DEBUG as NCCL parses it: one of VERSION, WARN, INFO, ABORT, TRACE in any case, blanks
+// around it trimmed; nullopt for anything else (NCCL then keeps its default, none).
+std::optional<Level> parse_level(std::string_view text);
+// The level's name as NCCL writes it, "<unknown>" for none (which has no name in NCCL either).
+const char* level_name(Level level);
+// NCCL_DEBUG_SUBSYS as NCCL parses it: names separated by commas (any case, trimmed, empty items
+// skipped, so "" is no subsystem), all of them but those named after a leading ^; ALL is every bit
+// of 64. nullopt where a name is unknown (NCCL then keeps its default, kDefaultSubsys).
+std::optional<std::uint64_t> parse_subsys(std::string_view text);
+// NCCL's name for a mask: the one name whose value it is (ALL), else the single-bit names it holds
+// joined by commas, else NONE.
+std::string subsys_names(std::uint64_t mask);
+inline constexpr std::uint64_t kDefaultSubsys = kInit | kEnv | kBootstrap;
 
 // True when a message of this level and subsystem would be printed (cheap: two loads).
 bool enabled(Level level, unsigned subsys);

@@ -1,15 +1,21 @@
-// NCCL 2.30's parameter API (nccl_shim/nccl_next.h) over this library's own parameters: the
-// environment variables its configuration reads (core/config.h's env_variables), each a string with
-// the value read when the configuration was. Keys are the variables' full names; the NCCL_ ones are
-// listed, the PURLIN_ ones too under NCCL_PARAM_DUMP_ALL (NCCL lists its private parameters so). A
-// parameter has no integer type here: the typed getters answer a type mismatch, as NCCL does for a
-// string parameter.
+// NCCL 2.30's parameter API (nccl_shim/nccl_next.h), answering as NCCL 2.30.7 answers: its registry
+// holds NCCL's own nine parameters with NCCL's types, defaults, flags and parsers (NCCL_DEBUG,
+// NCCL_DEBUG_SUBSYS, ...), each read anew from the environment at every call unless NCCL caches it,
+// and this library's PURLIN_ variables besides, as private strings with the value the configuration
+// read (listed under NCCL_PARAM_DUMP_ALL, as NCCL lists its private parameters). NCCL's other
+// variables (NCCL_NVLS_ENABLE, ...) are not in its registry, so not in this one. Calls with a NULL
+// argument fail with ncclInvalidArgument and no WARN, as in NCCL.
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "core/config.h"
 #include "core/log.h"
@@ -17,21 +23,270 @@
 #include "nccl_shim/shim.h"
 
 using namespace purlin;
-using namespace purlin::shim;
+
+namespace {
+
+// NCCL's ncclParamFlag_t and ncclParamTypeId_t (src/include/param/common.h), with their values.
+enum Flag : std::uint64_t { kPublished = 1, kDeprecated = 2, kCached = 4, kUnused = 8, kNoEnvPluginInit = 16 };
+enum TypeId { kI8 = 1, kI16, kI32, kI64, kU8, kU16, kU32, kU64, kBool, kCstr, kRaw };
+
+// How a parameter's text becomes its value, and back.
+enum class Parser { boolean, text, level, subsys, timestamp_levels };
+
+// A value of any parameter: the bytes ncclParamGet copies, or the string of a text parameter
+// (nullopt: no value, NCCL's null).
+struct Value {
+  std::uint64_t bits = 0;               // bool, uint32_t, uint64_t or the level's int, by the parser
+  std::optional<std::string> text;      // Parser::text
+};
+
+struct Option {
+  const char* name;
+  std::uint64_t bits;
+  const char* desc;
+};
+
+constexpr Option kTimestampLevels[] = {
+    {"VERSION", 1u << 1, "on NCCL version info message"}, {"WARN", 1u << 2, "on Explicit error message"},
+    {"INFO", 1u << 3, "on Debug message"},                {"ABORT", 1u << 4, ""},
+    {"TRACE", 1u << 5, "on Replayable trace message"},    {"ALL", 0x3e, "on All messages"},
+};
+
+}  // namespace
 
 struct ncclParamHandle {
-  EnvVariable variable;
+  std::string key;
+  Parser parser;
+  int type_id;
+  const char* type;  // as NCCL writes the C type
+  std::uint64_t flags;
+  const char* desc;
+  Value fallback;  // the default
+  std::string accepted;
+  // The value last read, for parameters NCCL caches (and this library's, read once).
+  std::mutex mutex;
+  bool loaded = false;
+  Value value;
+  const char* set_by = "Default";
+  bool read_once = false;  // this library's variables: what the configuration read, whatever NCCL_NO_CACHE says
 };
 
 namespace {
 
-bool listed(const EnvVariable& v) { return v.name.rfind("NCCL_", 0) == 0 || config().param_dump_all; }
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n' || s.front() == '\r'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
 
-// The handles: one per variable, made once and never freed (NCCL owns its handles too).
+bool same_letters(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// NCCL's bitset parser over kTimestampLevels (NCCL_DEBUG_SUBSYS has log::parse_subsys).
+std::optional<std::uint64_t> parse_timestamp_levels(std::string_view text) {
+  const bool invert = !text.empty() && text.front() == '^';
+  if (invert) text.remove_prefix(1);
+  std::uint32_t bits = invert ? ~0u : 0u;
+  while (true) {
+    const std::size_t comma = text.find(',');
+    const std::string_view item = trim(text.substr(0, comma));
+    if (!item.empty()) {
+      const Option* found = nullptr;
+      for (const Option& o : kTimestampLevels)
+        if (same_letters(item, o.name)) found = &o;
+      if (found == nullptr) return std::nullopt;
+      bits = invert ? bits & ~static_cast<std::uint32_t>(found->bits) : bits | static_cast<std::uint32_t>(found->bits);
+    }
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  return bits;
+}
+
+std::string timestamp_level_names(std::uint64_t bits) {
+  for (const Option& o : kTimestampLevels)
+    if (o.bits == bits) return o.name;
+  std::string out;
+  for (const Option& o : kTimestampLevels) {
+    if ((o.bits & (o.bits - 1)) != 0 || (bits & o.bits) != o.bits) continue;
+    if (!out.empty()) out += ',';
+    out += o.name;
+  }
+  return out.empty() ? "NONE" : out;
+}
+
+// The value of text from the environment, or nullopt where NCCL would keep the default.
+std::optional<Value> resolve(Parser parser, const std::string& text) {
+  Value v;
+  switch (parser) {
+    case Parser::boolean:
+      if (text == "1" || same_letters(text, "T") || same_letters(text, "TRUE")) v.bits = 1;
+      else if (text == "0" || same_letters(text, "F") || same_letters(text, "FALSE")) v.bits = 0;
+      else return std::nullopt;
+      return v;
+    case Parser::text:
+      v.text = text;
+      return v;
+    case Parser::level:
+      if (auto level = log::parse_level(text)) v.bits = static_cast<std::uint64_t>(*level);
+      else return std::nullopt;
+      return v;
+    case Parser::subsys:
+      if (auto mask = log::parse_subsys(text)) v.bits = *mask;
+      else return std::nullopt;
+      return v;
+    case Parser::timestamp_levels:
+      if (auto bits = parse_timestamp_levels(text)) v.bits = *bits;
+      else return std::nullopt;
+      return v;
+  }
+  return std::nullopt;
+}
+
+std::string to_string(Parser parser, const Value& v) {
+  switch (parser) {
+    case Parser::boolean: return v.bits ? "TRUE" : "FALSE";
+    case Parser::text: return v.text.value_or("");
+    case Parser::level: return log::level_name(static_cast<log::Level>(v.bits));
+    case Parser::subsys: return log::subsys_names(v.bits);
+    case Parser::timestamp_levels: return timestamp_level_names(v.bits);
+  }
+  return "";
+}
+
+std::size_t raw_size(const ncclParamHandle& h) {
+  switch (h.parser) {
+    case Parser::boolean: return 1;
+    case Parser::level: return sizeof(int);
+    case Parser::timestamp_levels: return sizeof(std::uint32_t);
+    case Parser::subsys: return sizeof(std::uint64_t);
+    case Parser::text: return 0;  // the string's bytes
+  }
+  return 0;
+}
+
+std::string describe(const char* title, const Option* options, std::size_t n) {
+  std::string d = title;
+  for (std::size_t i = 0; i < n; ++i) {
+    d += "\n        ";
+    d += options[i].name;
+    if (options[i].desc != nullptr) {
+      d += " - ";
+      d += options[i].desc;
+    }
+  }
+  return d;
+}
+
+ncclParamHandle* make(std::string key, Parser parser, const char* type, std::uint64_t flags, const char* desc,
+                      Value fallback) {
+  static const Option kLevels[] = {
+      {"VERSION", 1, "Prints the NCCL version info only"},
+      {"WARN", 2, "Prints only messages indicating a fatal error."},
+      {"INFO", 3, "Prints debug message"},
+      {"ABORT", 4, ""},
+      {"TRACE", 5, "Prints replayable trace info on all calls"},
+  };
+  static const Option kSubsys[] = {
+      {"INIT", log::kInit, "NCCL and comm initialization (included in default)"},
+      {"COLL", log::kColl, "Collective operations"},
+      {"P2P", log::kP2p, "Peer-to-peer transport"},
+      {"SHM", log::kShm, "Shared memory transport"},
+      {"NET", log::kNet, "Network transport"},
+      {"GRAPH", log::kGraph, "Graph search and topology"},
+      {"TUNING", log::kTune, "Algorithm tuning"},
+      {"ENV", log::kEnv, "Parameter settings by config file, EnvVar or EnvPlugins (included in default)"},
+      {"ALLOC", log::kAlloc, "Device memory allocation"},
+      {"ALLOC_HOST", log::kAllocHost, "Host memory allocation"},
+      {"CALL", log::kCall, "API call tracing"},
+      {"PROXY", log::kProxy, "Proxy thread operations"},
+      {"NVLS", log::kNvls, "NVLink SHARP operations"},
+      {"BOOTSTRAP", log::kBootstrap, "Bootstrap network (included in default)"},
+      {"REG", log::kReg, "Buffer registration"},
+      {"PROFILE", log::kProfile, "Profiling"},
+      {"RAS", log::kRas, "Reliability, availability, serviceability"},
+      {"DESTROY", log::kDestroy, "Communicator destroy, abort, revoke, and plugin unload/close operations"},
+      {"ALL", ~std::uint64_t{0}, "All categories"},
+  };
+  auto* h = new ncclParamHandle();
+  h->key = std::move(key);
+  h->parser = parser;
+  h->type = type;
+  h->flags = flags;
+  h->desc = desc;
+  h->fallback = fallback;
+  switch (parser) {
+    case Parser::boolean:
+      h->type_id = kBool;
+      h->accepted = "Boolean: 1/T/TRUE or 0/F/FALSE";
+      break;
+    case Parser::text:
+      h->type_id = kCstr;
+      h->accepted = "String";
+      break;
+    case Parser::level:
+      h->type_id = kRaw;
+      h->accepted = describe("One of:", kLevels, std::size(kLevels));
+      break;
+    case Parser::subsys:
+      h->type_id = kU64;
+      h->accepted = describe("Comma-separated list of:", kSubsys, std::size(kSubsys));
+      break;
+    case Parser::timestamp_levels:
+      h->type_id = kU32;
+      h->accepted = describe("Comma-separated list of:", kTimestampLevels, std::size(kTimestampLevels));
+      break;
+  }
+  return h;
+}
+
+Value bits(std::uint64_t b) { return Value{b, std::nullopt}; }
+Value text(const char* t) { return Value{0, t ? std::optional<std::string>(t) : std::nullopt}; }
+
+// Every handle, made once and never freed (NCCL's live for the process too), in the order NCCL 2.30.7
+// lists its keys, then this library's variables.
 const std::vector<ncclParamHandle*>& handles() {
   static const std::vector<ncclParamHandle*> all = [] {
-    std::vector<ncclParamHandle*> v;
-    for (EnvVariable& e : env_variables()) v.push_back(new ncclParamHandle{std::move(e)});
+    std::vector<ncclParamHandle*> v = {
+        make("NCCL_PARAM_DUMP_ALL", Parser::boolean, "bool", 0, "Print all parameters including private ones", bits(0)),
+        make("NCCL_DEBUG_FILE", Parser::text, "const char*", kPublished | kNoEnvPluginInit,
+             "Set the NCCL debug logging output to a file. The filename format can be set to filename.%h.%p where %h "
+             "is replaced with the hostname and %p is replaced with the process PID. This does not accept the ~ "
+             "character as part of the path, please convert to a relative or absolute path first.",
+             text(nullptr)),
+        make("NCCL_DEBUG_TIMESTAMP_FORMAT", Parser::text, "const char*", kPublished | kNoEnvPluginInit,
+             "Set the format used when printing debug log messages", text("[%F %T] ")),
+        make("NCCL_DEBUG_TIMESTAMP_LEVELS", Parser::timestamp_levels, "uint32_t", kPublished | kNoEnvPluginInit,
+             "Set which log lines get a timestamp depending upon the level of the log", bits(1u << 2)),
+        make("NCCL_NO_CACHE", Parser::text, "const char*", kCached,
+             "Comma-separated list of param keys to disable caching (or ALL)", text(nullptr)),
+        make("NCCL_SET_THREAD_NAME", Parser::boolean, "bool", kPublished | kCached,
+             "Allow NCCL to give meaningful names to NCCL CPU threads via pthread_setname_np", bits(0)),
+        make("NCCL_WARN_ENABLE_DEBUG_INFO", Parser::boolean, "bool", kNoEnvPluginInit,
+             "If enabled, the debug level will be set to INFO after a WARN level debug message is logged.", bits(0)),
+        make("NCCL_DEBUG_SUBSYS", Parser::subsys, "uint64_t", kPublished | kNoEnvPluginInit,
+             "Filter debug output by (comma-separated)", bits(log::kDefaultSubsys)),
+        make("NCCL_DEBUG", Parser::level, "ncclDebugLogLevel", kPublished | kNoEnvPluginInit,
+             "Set debug output level, the option is inclusive for any level that is less verbose than the set value",
+             bits(0)),
+    };
+    // This library's own variables: read once by the configuration, so cached, with what it read.
+    for (const EnvVariable& e : env_variables()) {
+      if (e.name.rfind("PURLIN_", 0) != 0) continue;
+      ncclParamHandle* h = make(e.name, Parser::text, "const char*", kCached,
+                                "Purlin's own setting (README, Environment)", text(nullptr));
+      h->loaded = true;
+      h->read_once = true;
+      if (e.set) {
+        h->value = text(e.value.c_str());
+        h->set_by = "EnvPlugin";
+      }
+      v.push_back(h);
+    }
     return v;
   }();
   return all;
@@ -39,95 +294,202 @@ const std::vector<ncclParamHandle*>& handles() {
 
 ncclParamHandle* find(const char* key) {
   for (ncclParamHandle* h : handles())
-    if (h->variable.name == key) return h;
-  log::info(log::kEnv, "PARAM: key \"{}\" not found in registry", key);
+    if (h->key == key) return h;
   return nullptr;
 }
 
-ncclResult_t bad(const std::string& message) { return fail(nullptr, ncclInvalidArgument, message); }
+// NCCL_NO_CACHE's keys: read once, as NCCL reads it (a cached parameter itself).
+bool cache_disabled(const std::string& key) {
+  if (key == "NCCL_NO_CACHE") return false;
+  static const std::unordered_set<std::string> keys = [] {
+    std::unordered_set<std::string> k;
+    const std::string list = env_now("NCCL_NO_CACHE").value_or("");
+    std::size_t start = 0;
+    while (start <= list.size()) {
+      std::size_t comma = list.find(',', start);
+      if (comma == std::string::npos) comma = list.size();
+      if (const std::string_view item = trim(std::string_view(list).substr(start, comma - start)); !item.empty())
+        k.emplace(item);
+      start = comma + 1;
+    }
+    return k;
+  }();
+  const bool off = keys.count("ALL") > 0 || keys.count(key) > 0;
+  if (off) log::info(log::kEnv, "PARAM: Disabling caching for environment variable {}.", key);
+  return off;
+}
+
+// The value now, with where it came from: the environment where it is set and parses, else the
+// default; a cached parameter keeps its first reading.
+Value current(ncclParamHandle& h, const char** set_by = nullptr) {
+  std::lock_guard<std::mutex> g(h.mutex);
+  const bool keep = h.loaded && (h.read_once || ((h.flags & kCached) && !cache_disabled(h.key)));
+  if (!keep) {
+    h.value = h.fallback;
+    h.set_by = "Default";
+    if (const std::optional<std::string> text = env_now(h.key.c_str())) {
+      if (std::optional<Value> v = resolve(h.parser, *text)) {
+        h.value = *v;
+        h.set_by = "EnvPlugin";
+      }
+    }
+    h.loaded = true;
+  }
+  if (set_by) *set_by = h.set_by;
+  return h.value;
+}
+
+// NCCL's notes on a key's flags, once per key.
+void note_flags(const ncclParamHandle& h) {
+  static std::mutex mutex;
+  static std::unordered_set<std::string> noted;
+  {
+    std::lock_guard<std::mutex> g(mutex);
+    if (!noted.insert(h.key).second) return;
+  }
+  if (h.flags & kUnused) log::info(log::kEnv, "Warning: ENV {} is unused. Setting it has no effect.", h.key);
+  else if (h.flags & kDeprecated)
+    log::info(log::kEnv, "Warning: ENV {} is deprecated. It may be removed or become unused in future versions.", h.key);
+  if (!(h.flags & kPublished))
+    log::info(log::kEnv, "ENV: {} is private. Its function may change without notice across versions.", h.key);
+}
+
+bool show_all() {
+  const std::optional<std::string> text = env_now("NCCL_PARAM_DUMP_ALL");
+  if (!text) return false;
+  const std::optional<Value> v = resolve(Parser::boolean, *text);
+  return v && v->bits;
+}
 
 template <class T>
-ncclResult_t typed(const char* fn, ncclParamHandle_t h, T* out) {
-  if (h == nullptr || out == nullptr) return bad(fmt::format("{}: handle or out is NULL", fn));
-  log::info(log::kEnv, "PARAM: type mismatch for key \"{}\" (a string parameter)", h->variable.name);
-  return ncclInvalidArgument;
+ncclResult_t typed(ncclParamHandle_t h, T* out, int type_id) {
+  if (h == nullptr || out == nullptr) return ncclInvalidArgument;
+  if (h->type_id != type_id) {
+    log::info(log::kEnv, "PARAM: type mismatch for key \"{}\"", h->key);
+    return ncclInvalidArgument;
+  }
+  *out = static_cast<T>(current(*h).bits);
+  return ncclSuccess;
+}
+
+std::string flag_names(std::uint64_t flags) {
+  std::string out = (flags & kPublished) ? "" : "Private";
+  for (auto [flag, name] : {std::pair{kDeprecated, "Deprecated"}, std::pair{kCached, "Cached"},
+                            std::pair{kUnused, "Unused"}, std::pair{kNoEnvPluginInit, "NoEnvPluginInit"}}) {
+    if (!(flags & flag)) continue;
+    if (!out.empty()) out += ", ";
+    out += name;
+  }
+  return out;
 }
 
 }  // namespace
 
 NCCL_API(ncclResult_t, ncclParamBind, ncclParamHandle_t* out, const char* key) {
-  if (out == nullptr || key == nullptr) return bad("ncclParamBind: out or key is NULL");
+  if (out == nullptr || key == nullptr) return ncclInvalidArgument;
   ncclParamHandle* h = find(key);
-  if (h == nullptr) return ncclInvalidArgument;
+  if (h == nullptr) {
+    log::info(log::kEnv, "PARAM: key \"{}\" not found in registry", key);
+    return ncclInvalidArgument;
+  }
+  note_flags(*h);
   *out = h;
   return ncclSuccess;
 }
 
-NCCL_API(ncclResult_t, ncclParamGetI8, ncclParamHandle_t h, int8_t* out) { return typed("ncclParamGetI8", h, out); }
-NCCL_API(ncclResult_t, ncclParamGetI16, ncclParamHandle_t h, int16_t* out) { return typed("ncclParamGetI16", h, out); }
-NCCL_API(ncclResult_t, ncclParamGetI32, ncclParamHandle_t h, int32_t* out) { return typed("ncclParamGetI32", h, out); }
-NCCL_API(ncclResult_t, ncclParamGetI64, ncclParamHandle_t h, int64_t* out) { return typed("ncclParamGetI64", h, out); }
-NCCL_API(ncclResult_t, ncclParamGetU8, ncclParamHandle_t h, uint8_t* out) { return typed("ncclParamGetU8", h, out); }
-NCCL_API(ncclResult_t, ncclParamGetU16, ncclParamHandle_t h, uint16_t* out) { return typed("ncclParamGetU16", h, out); }
-NCCL_API(ncclResult_t, ncclParamGetU32, ncclParamHandle_t h, uint32_t* out) { return typed("ncclParamGetU32", h, out); }
-NCCL_API(ncclResult_t, ncclParamGetU64, ncclParamHandle_t h, uint64_t* out) { return typed("ncclParamGetU64", h, out); }
+// Integer getters: the registry's integers are NCCL_DEBUG_TIMESTAMP_LEVELS (uint32_t) and
+// NCCL_DEBUG_SUBSYS (uint64_t); every other pairing is a type mismatch, as in NCCL.
+NCCL_API(ncclResult_t, ncclParamGetI8, ncclParamHandle_t h, int8_t* out) { return typed(h, out, kI8); }
+NCCL_API(ncclResult_t, ncclParamGetI16, ncclParamHandle_t h, int16_t* out) { return typed(h, out, kI16); }
+NCCL_API(ncclResult_t, ncclParamGetI32, ncclParamHandle_t h, int32_t* out) { return typed(h, out, kI32); }
+NCCL_API(ncclResult_t, ncclParamGetI64, ncclParamHandle_t h, int64_t* out) { return typed(h, out, kI64); }
+NCCL_API(ncclResult_t, ncclParamGetU8, ncclParamHandle_t h, uint8_t* out) { return typed(h, out, kU8); }
+NCCL_API(ncclResult_t, ncclParamGetU16, ncclParamHandle_t h, uint16_t* out) { return typed(h, out, kU16); }
+NCCL_API(ncclResult_t, ncclParamGetU32, ncclParamHandle_t h, uint32_t* out) { return typed(h, out, kU32); }
+NCCL_API(ncclResult_t, ncclParamGetU64, ncclParamHandle_t h, uint64_t* out) { return typed(h, out, kU64); }
 
-// The pointer stays valid for the life of the process (handles are never freed or changed).
+// A string parameter's value, valid until this thread's next ncclParamGetStr (NCCL's lifetime).
 NCCL_API(ncclResult_t, ncclParamGetStr, ncclParamHandle_t h, const char** out) {
-  if (h == nullptr || out == nullptr) return bad("ncclParamGetStr: handle or out is NULL");
-  *out = h->variable.value.c_str();
+  if (h == nullptr || out == nullptr) return ncclInvalidArgument;
+  if (h->type_id != kCstr) {
+    log::info(log::kEnv, "PARAM: type mismatch for key \"{}\"", h->key);
+    return ncclInvalidArgument;
+  }
+  static thread_local std::string held;
+  held = to_string(h->parser, current(*h));
+  *out = held.c_str();
   return ncclSuccess;
 }
 
-// The value's bytes with their terminating NUL; a buffer too small takes nothing (*len = 0).
+// The value's bytes: a string's with its terminating NUL, else the C type's; a buffer too small
+// takes nothing (*len = 0).
 NCCL_API(ncclResult_t, ncclParamGet, ncclParamHandle_t h, void* out, int maxLen, int* len) {
-  if (h == nullptr || out == nullptr || len == nullptr || maxLen <= 0)
-    return bad(fmt::format("ncclParamGet: handle, out or len is NULL or maxLen {} is not positive", maxLen));
-  const std::string& v = h->variable.value;
-  if (v.size() + 1 > static_cast<std::size_t>(maxLen)) {
+  if (h == nullptr || out == nullptr || len == nullptr || maxLen <= 0) return ncclInvalidArgument;
+  const Value v = current(*h);
+  const std::string bytes = v.text.value_or("");
+  const std::size_t size = h->parser == Parser::text ? bytes.size() + 1 : raw_size(*h);
+  if (size > static_cast<std::size_t>(maxLen)) {
     *len = 0;
     return ncclInvalidArgument;
   }
-  std::memcpy(out, v.c_str(), v.size() + 1);
-  *len = static_cast<int>(v.size() + 1);
+  if (h->parser == Parser::text) {
+    std::memcpy(out, bytes.c_str(), size);
+  } else if (h->parser == Parser::boolean) {
+    const bool b = v.bits != 0;
+    std::memcpy(out, &b, size);
+  } else if (size == sizeof(std::uint32_t)) {
+    const std::uint32_t u = static_cast<std::uint32_t>(v.bits);
+    std::memcpy(out, &u, size);
+  } else {
+    std::memcpy(out, &v.bits, size);
+  }
+  *len = static_cast<int>(size);
   return ncclSuccess;
 }
 
 NCCL_API(ncclResult_t, ncclParamGetParameter, const char* key, const char** value, int* valueLen) {
-  if (key == nullptr || value == nullptr || valueLen == nullptr)
-    return bad("ncclParamGetParameter: key, value or valueLen is NULL");
+  if (key == nullptr || value == nullptr || valueLen == nullptr) return ncclInvalidArgument;
   ncclParamHandle* h = find(key);
   if (h == nullptr) {
     *value = nullptr;
     *valueLen = 0;
+    log::info(log::kEnv, "PARAM: key \"{}\" not found in registry", key);
     return ncclInvalidArgument;
   }
-  *value = h->variable.value.c_str();
-  *valueLen = static_cast<int>(h->variable.value.size());
+  note_flags(*h);
+  static thread_local std::string held;
+  held = to_string(h->parser, current(*h));
+  *value = held.c_str();
+  *valueLen = static_cast<int>(held.size());
   return ncclSuccess;
 }
 
+// The published keys, or every key under NCCL_PARAM_DUMP_ALL; the table is this thread's until its
+// next call, as NCCL's.
 NCCL_API(ncclResult_t, ncclParamGetAllParameterKeys, const char*** table, int* tableLen) {
-  if (table == nullptr || tableLen == nullptr) return bad("ncclParamGetAllParameterKeys: table or tableLen is NULL");
-  // The listed keys are fixed once the configuration is read: one table for the process.
-  static std::vector<const char*> keys = [] {
-    std::vector<const char*> k;
-    for (const ncclParamHandle* h : handles())
-      if (listed(h->variable)) k.push_back(h->variable.name.c_str());
-    return k;
-  }();
+  if (table == nullptr || tableLen == nullptr) return ncclInvalidArgument;
+  static thread_local std::vector<const char*> keys;
+  const bool all = show_all();
+  keys.clear();
+  for (const ncclParamHandle* h : handles())
+    if (all || (h->flags & kPublished)) keys.push_back(h->key.c_str());
   *table = keys.data();
   *tableLen = static_cast<int>(keys.size());
   return ncclSuccess;
 }
 
-// To standard output, as NCCL prints it.
+// To standard output, in NCCL's format.
 NCCL_API(void, ncclParamDumpAll) {
+  const bool all = show_all();
   std::printf("=== ncclParam Registry Dump ===\n");
-  for (const ncclParamHandle* h : handles()) {
-    if (!listed(h->variable)) continue;
-    std::printf("%s (string)\n  Current value=%s set_by=%s\n", h->variable.name.c_str(), h->variable.value.c_str(),
-                h->variable.set ? "Env" : "Default");
+  for (ncclParamHandle* h : handles()) {
+    if (!all && !(h->flags & kPublished)) continue;
+    const char* set_by = "Default";
+    const std::string now = to_string(h->parser, current(*h, &set_by));
+    const std::string fallback = to_string(h->parser, h->fallback);
+    std::printf("%s (%s) [%s] %s\n    Current value=%s set_by=%s default=%s\n    Accepted value: %s\n\n", h->key.c_str(),
+                h->type, flag_names(h->flags).c_str(), h->desc, now.empty() ? "<unset>" : now.c_str(), set_by,
+                fallback.empty() ? "<unset>" : fallback.c_str(), h->accepted.c_str());
   }
   std::fflush(stdout);
 }

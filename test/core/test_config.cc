@@ -1,5 +1,8 @@
 // The environment as core/config.cc reads it: counts outside their range and unknown datapaths are
-// refused, `none` and 0 turn a bound off, byte sizes take K/M/G, bad seconds keep the default.
+// refused, `none` and 0 turn a bound off, byte sizes take K/M/G, bad seconds keep the default; and
+// NCCL's configuration files as it applies them.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <initializer_list>
 #include <optional>
@@ -129,5 +132,75 @@ TEST_CASE("PURLIN_NVLS=1 never overrides NCCL_NVLS_ENABLE=0", "[core][config]") 
     const purlin::Config c = purlin::read_environment();
     CHECK(c.nvls_disabled);
     CHECK_FALSE(c.nvls_requested);
+  }
+}
+
+namespace {
+
+// A file of the given text for one scope.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& text) {
+    char name[] = "/tmp/purlin-conf-XXXXXX";
+    const int fd = ::mkstemp(name);
+    REQUIRE(fd >= 0);
+    REQUIRE(::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+    ::close(fd);
+    path_ = name;
+  }
+  ~TempFile() { ::unlink(path_.c_str()); }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string value_of(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "(unset)";
+}
+
+}  // namespace
+
+TEST_CASE("NCCL's configuration files set only what the environment lacks, line by line as NCCL reads them",
+          "[core][config]") {
+  Env e{{"PURLIN_CONF_A", nullptr}, {"PURLIN_CONF_B", "from the environment"}, {"PURLIN_CONF_C", nullptr},
+        {"PURLIN_CONF_D ", nullptr}, {"PURLIN_CONF_E", nullptr}, {"PURLIN_CONF_F", nullptr}};
+  TempFile first("# PURLIN_CONF_F=a comment\n"
+                 "PURLIN_CONF_A=1\n"
+                 "PURLIN_CONF_B=from the file\n"
+                 "a line without an equals sign\n"
+                 "PURLIN_CONF_C=x=y\r\n"
+                 "PURLIN_CONF_D = spaced\n"
+                 "PURLIN_CONF_E=");
+  TempFile second("PURLIN_CONF_A=2\nPURLIN_CONF_F=from the second file\n");
+  CHECK(purlin::apply_config_file(first.path()) == 4);  // A, C, "D " and E
+  CHECK(value_of("PURLIN_CONF_A") == "1");
+  CHECK(value_of("PURLIN_CONF_B") == "from the environment");
+  CHECK(value_of("PURLIN_CONF_C") == "x=y");
+  CHECK(value_of("PURLIN_CONF_D ") == " spaced");  // nothing is trimmed: the name keeps its space
+  CHECK(value_of("PURLIN_CONF_E").empty());
+  CHECK(value_of("PURLIN_CONF_F") == "(unset)");
+  CHECK(purlin::apply_config_file(second.path()) == 1);  // the first file's A stays
+  CHECK(value_of("PURLIN_CONF_A") == "1");
+  CHECK(value_of("PURLIN_CONF_F") == "from the second file");
+  CHECK(purlin::apply_config_file("/nonexistent/nccl.conf") == 0);
+}
+
+TEST_CASE("the configuration files are NCCL_CONF_FILE or ~/.nccl.conf, then /etc/nccl.conf", "[core][config]") {
+  using Paths = std::vector<std::string>;
+  {
+    Env e{{"NCCL_CONF_FILE", "/opt/site/nccl.conf"}, {"HOME", "/home/someone"}};
+    CHECK(purlin::config_file_paths() == Paths{"/opt/site/nccl.conf", "/etc/nccl.conf"});
+  }
+  {
+    Env e{{"NCCL_CONF_FILE", ""}, {"HOME", "/home/someone"}};
+    CHECK(purlin::config_file_paths() == Paths{"/home/someone/.nccl.conf", "/etc/nccl.conf"});
+  }
+  {
+    Env e{{"NCCL_CONF_FILE", nullptr}, {"HOME", nullptr}};
+    CHECK(purlin::config_file_paths() == Paths{"/etc/nccl.conf"});
   }
 }

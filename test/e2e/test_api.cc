@@ -61,7 +61,10 @@ void version(Reporter& report) {
   if (report.expect(ncclGetVersion(&v), "ncclGetVersion") && v != NCCL_VERSION_CODE) {
     report.fail("ncclGetVersion gave " + std::to_string(v) + ", the header says " + std::to_string(NCCL_VERSION_CODE));
   }
+  // Refused without a WARN, as NCCL refuses it: the last error stays as it was.
+  const std::string before = ncclGetLastError(nullptr);
   report.expect(ncclGetVersion(nullptr), "ncclGetVersion(nullptr)", nullptr, ncclInvalidArgument);
+  if (ncclGetLastError(nullptr) != before) report.fail("ncclGetVersion(nullptr) changed the last error");
 }
 
 void error_strings(Reporter& report) {
@@ -343,7 +346,7 @@ void deregister_nothing(Reporter& report) {
 // it: a thread that saw no failure gets another thread's, and so does a thread whose own failure
 // came before.
 void last_error_across_threads(Reporter& report) {
-  report.expect(ncclGetVersion(nullptr), "ncclGetVersion(nullptr) on this thread", nullptr, ncclInvalidArgument);
+  report.expect(ncclGetUniqueId(nullptr), "ncclGetUniqueId(nullptr) on this thread", nullptr, ncclInvalidArgument);
   ncclResult_t r = ncclSuccess;
   std::thread([&] { r = ncclAllReduce(nullptr, nullptr, 1, ncclFloat32, ncclSum, nullptr, kNoStream); }).join();
   if (r != ncclInvalidArgument) report.fail(std::string("ncclAllReduce on a NULL comm returned ") + ncclGetErrorString(r));

@@ -8,6 +8,8 @@
 #include <nccl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -247,40 +249,109 @@ void non_blocking_suspend() {
   check(ncclCommDestroy(comm) == ncclSuccess, "ncclCommDestroy of the non-blocking communicator");
 }
 
+std::string str(const char* s) { return s ? s : "(null)"; }
+
+// The parameter API answers as NCCL 2.30.7's (each answer below was read from NCCL 2.30.7 itself):
+// NCCL's nine parameters with NCCL's types, read anew at each call unless cached, this library's
+// PURLIN_ variables as private strings, and NULL arguments refused without a WARN.
 void parameters(bool dump_all) {
   ncclParamHandle_t h = nullptr;
-  expect(ncclParamBind(&h, "NCCL_DEBUG"), ncclSuccess, "ncclParamBind", "NCCL_DEBUG");
   const char* s = nullptr;
-  expect(ncclParamGetStr(h, &s), ncclSuccess, "ncclParamGetStr", "NCCL_DEBUG");
-  check(s && std::string(s) == "INFO", std::string("ncclParamGetStr: NCCL_DEBUG is \"") + (s ? s : "(null)") + "\"");
+  int n = -1, len = -1;
+  char raw[16];
+
+  // NCCL_DEBUG has NCCL's enum type: no typed getter and no string, its bytes are the level's int.
+  expect(ncclParamBind(&h, "NCCL_DEBUG"), ncclSuccess, "ncclParamBind", "NCCL_DEBUG");
+  check(ncclParamGetStr(h, &s) == ncclInvalidArgument, "ncclParamGetStr of NCCL_DEBUG, a level, is a type mismatch");
   std::int32_t i32 = 0;
-  check(ncclParamGetI32(h, &i32) == ncclInvalidArgument, "ncclParamGetI32 of a string parameter");
-  char raw[8];
-  int len = -1;
-  check(ncclParamGet(h, raw, 4, &len) == ncclInvalidArgument && len == 0, "ncclParamGet into 4 bytes");
-  check(ncclParamGet(h, raw, sizeof(raw), &len) == ncclSuccess && len == 5 && std::memcmp(raw, "INFO", 5) == 0,
-        "ncclParamGet into 8 bytes: length " + std::to_string(len));
+  check(ncclParamGetI32(h, &i32) == ncclInvalidArgument, "ncclParamGetI32 of NCCL_DEBUG is a type mismatch");
+  check(ncclParamGet(h, raw, 2, &len) == ncclInvalidArgument && len == 0, "ncclParamGet of NCCL_DEBUG into 2 bytes");
+  int level = -1;
+  check(ncclParamGet(h, &level, sizeof level, &len) == ncclSuccess && len == 4 && level == 3,
+        "NCCL_DEBUG=INFO read by ncclParamGet as " + std::to_string(level) + " in " + std::to_string(len) + " bytes");
+  check(ncclParamGetParameter("NCCL_DEBUG", &s, &n) == ncclSuccess && str(s) == "INFO" && n == 4,
+        "ncclParamGetParameter(NCCL_DEBUG) is \"" + str(s) + "\"");
+
+  // NCCL_DEBUG_SUBSYS is a uint64_t, read anew at every call; an unknown name keeps the default.
+  expect(ncclParamBind(&h, "NCCL_DEBUG_SUBSYS"), ncclSuccess, "ncclParamBind", "NCCL_DEBUG_SUBSYS");
+  std::uint64_t mask = 0;
+  check(ncclParamGetU64(h, &mask) == ncclSuccess && mask == 0x80, "NCCL_DEBUG_SUBSYS=ENV read as " + std::to_string(mask));
+  check(ncclParamGetU32(h, reinterpret_cast<std::uint32_t*>(raw)) == ncclInvalidArgument,
+        "ncclParamGetU32 of NCCL_DEBUG_SUBSYS is a type mismatch");
+  ::setenv("NCCL_DEBUG_SUBSYS", "^coll", 1);
+  check(ncclParamGetU64(h, &mask) == ncclSuccess && mask == ~std::uint64_t{2}, "NCCL_DEBUG_SUBSYS=^coll read anew");
+  ncclParamGetParameter("NCCL_DEBUG_SUBSYS", &s, &n);
+  check(str(s) == "INIT,P2P,SHM,NET,GRAPH,TUNING,ENV,ALLOC,ALLOC_HOST,CALL,PROXY,NVLS,BOOTSTRAP,REG,PROFILE,RAS,DESTROY",
+        "NCCL_DEBUG_SUBSYS=^coll written as \"" + str(s) + "\"");
+  ::setenv("NCCL_DEBUG_SUBSYS", "INIT,NOSUCH", 1);
+  check(ncclParamGetU64(h, &mask) == ncclSuccess && mask == 0x1081, "NCCL_DEBUG_SUBSYS with an unknown name: default");
+  ::setenv("NCCL_DEBUG_SUBSYS", "ENV", 1);
+
+  // Strings: NCCL_DEBUG_TIMESTAMP_FORMAT as the configuration file set it, NCCL_DEBUG_FILE unset.
+  expect(ncclParamBind(&h, "NCCL_DEBUG_TIMESTAMP_FORMAT"), ncclSuccess, "ncclParamBind", "NCCL_DEBUG_TIMESTAMP_FORMAT");
+  check(ncclParamGetStr(h, &s) == ncclSuccess && str(s) == "[conf] ",
+        "NCCL_DEBUG_TIMESTAMP_FORMAT from NCCL_CONF_FILE is \"" + str(s) + "\"");
+  expect(ncclParamBind(&h, "NCCL_DEBUG_FILE"), ncclSuccess, "ncclParamBind", "NCCL_DEBUG_FILE");
+  check(ncclParamGetStr(h, &s) == ncclSuccess && str(s).empty(), "NCCL_DEBUG_FILE unset is \"" + str(s) + "\"");
+  check(ncclParamGet(h, raw, sizeof raw, &len) == ncclSuccess && len == 1 && raw[0] == '\0',
+        "ncclParamGet of an unset string: its NUL alone");
+  ncclParamBind(&h, "NCCL_DEBUG_TIMESTAMP_LEVELS");
+  std::uint32_t levels = 0;
+  check(ncclParamGetU32(h, &levels) == ncclSuccess && levels == 4, "NCCL_DEBUG_TIMESTAMP_LEVELS defaults to WARN (4)");
+
+  // A cached parameter keeps its first reading.
+  ::setenv("NCCL_SET_THREAD_NAME", "t", 1);
+  check(ncclParamGetParameter("NCCL_SET_THREAD_NAME", &s, &n) == ncclSuccess && str(s) == "TRUE",
+        "NCCL_SET_THREAD_NAME=t is \"" + str(s) + "\"");
+  ::setenv("NCCL_SET_THREAD_NAME", "0", 1);
+  ncclParamGetParameter("NCCL_SET_THREAD_NAME", &s, &n);
+  check(str(s) == "TRUE", "NCCL_SET_THREAD_NAME is cached, yet read anew as \"" + str(s) + "\"");
+
+  // Keys NCCL 2.30.7's registry lacks, and NULL arguments: ncclInvalidArgument, no WARN.
+  const std::string last = ncclGetLastError(nullptr);
+  check(ncclParamBind(&h, "NCCL_NVLS_ENABLE") == ncclInvalidArgument, "ncclParamBind(NCCL_NVLS_ENABLE): not in NCCL's registry");
   check(ncclParamBind(&h, "NCCL_NOT_A_PARAMETER") == ncclInvalidArgument, "ncclParamBind of an unknown key");
   check(ncclParamBind(nullptr, "NCCL_DEBUG") == ncclInvalidArgument, "ncclParamBind with out NULL");
-  int n = -1;
+  check(ncclParamGetStr(nullptr, &s) == ncclInvalidArgument, "ncclParamGetStr with handle NULL");
+  check(ncclParamGet(h, raw, 0, &len) == ncclInvalidArgument, "ncclParamGet with maxLen 0");
   s = "x";
   check(ncclParamGetParameter("NCCL_NOT_A_PARAMETER", &s, &n) == ncclInvalidArgument && s == nullptr && n == 0,
         "ncclParamGetParameter of an unknown key");
-  check(ncclParamGetParameter("PURLIN_TIMEOUT", &s, &n) == ncclSuccess && s && std::string(s) == "45" && n == 2,
-        "ncclParamGetParameter(PURLIN_TIMEOUT)");
+  check(ncclGetLastError(nullptr) == last, "the parameter API's refusals changed the last error");
+
+  // This library's variables: the environment's value over the configuration file's.
+  check(ncclParamGetParameter("PURLIN_TIMEOUT", &s, &n) == ncclSuccess && str(s) == "45" && n == 2,
+        "ncclParamGetParameter(PURLIN_TIMEOUT) is \"" + str(s) + "\", not the environment's 45");
+  check(ncclParamGetParameter("PURLIN_BOOTSTRAP_TIMEOUT", &s, &n) == ncclSuccess && str(s) == "33",
+        "ncclParamGetParameter(PURLIN_BOOTSTRAP_TIMEOUT) is \"" + str(s) + "\", not NCCL_CONF_FILE's 33");
+
+  // The published keys, NCCL's private ones and this library's under NCCL_PARAM_DUMP_ALL.
   const char** keys = nullptr;
   check(ncclParamGetAllParameterKeys(&keys, &n) == ncclSuccess && n > 0, "ncclParamGetAllParameterKeys");
-  bool debug = false, timeout = false;
-  for (int k = 0; k < n; ++k) {
-    debug = debug || std::string(keys[k]) == "NCCL_DEBUG";
-    timeout = timeout || std::string(keys[k]) == "PURLIN_TIMEOUT";
-  }
-  check(debug, "ncclParamGetAllParameterKeys does not list NCCL_DEBUG");
-  check(timeout == dump_all, std::string("ncclParamGetAllParameterKeys ") + (timeout ? "lists" : "does not list") +
-                                 " PURLIN_TIMEOUT with NCCL_PARAM_DUMP_ALL " + (dump_all ? "true" : "unset"));
+  std::vector<std::string> listed(keys, keys + n);
+  auto has = [&](const char* key) { return std::find(listed.begin(), listed.end(), key) != listed.end(); };
+  for (const char* key : {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_DEBUG_TIMESTAMP_FORMAT",
+                          "NCCL_DEBUG_TIMESTAMP_LEVELS", "NCCL_SET_THREAD_NAME"})
+    check(has(key), std::string("ncclParamGetAllParameterKeys does not list ") + key);
+  for (const char* key : {"NCCL_PARAM_DUMP_ALL", "NCCL_NO_CACHE", "NCCL_WARN_ENABLE_DEBUG_INFO", "PURLIN_TIMEOUT"})
+    check(has(key) == dump_all, std::string("ncclParamGetAllParameterKeys ") + (has(key) ? "lists " : "does not list ") +
+                                    key + " with NCCL_PARAM_DUMP_ALL " + (dump_all ? "true" : "unset"));
+  check(!has("NCCL_NVLS_ENABLE"), "ncclParamGetAllParameterKeys lists NCCL_NVLS_ENABLE");
+  check(dump_all ? n > 9 : n == 6, "ncclParamGetAllParameterKeys lists " + std::to_string(n) + " keys");
 }
 
 [[noreturn]] void child(bool dump_all) {
+  // NCCL's configuration file: read before the first variable; the environment's PURLIN_TIMEOUT wins.
+  char conf[] = "/tmp/purlin-next-conf-XXXXXX";
+  const int conf_fd = ::mkstemp(conf);
+  const std::string conf_text = "PURLIN_TIMEOUT=99\nPURLIN_BOOTSTRAP_TIMEOUT=33\nNCCL_DEBUG_TIMESTAMP_FORMAT=[conf] \n";
+  check(conf_fd >= 0 && ::write(conf_fd, conf_text.data(), conf_text.size()) == static_cast<ssize_t>(conf_text.size()),
+        "writing a configuration file");
+  if (conf_fd >= 0) ::close(conf_fd);
+  ::setenv("NCCL_CONF_FILE", conf, 1);
+  for (const char* name : {"PURLIN_BOOTSTRAP_TIMEOUT", "NCCL_DEBUG_TIMESTAMP_FORMAT", "NCCL_DEBUG_TIMESTAMP_LEVELS",
+                           "NCCL_DEBUG_FILE", "NCCL_SET_THREAD_NAME", "NCCL_NO_CACHE"})
+    ::unsetenv(name);
   ::setenv("NCCL_DEBUG", "INFO", 1);
   ::setenv("NCCL_DEBUG_SUBSYS", "ENV", 1);
   ::setenv("PURLIN_TIMEOUT", "45", 1);
@@ -291,6 +362,7 @@ void parameters(bool dump_all) {
   exported();
   error_strings();
   parameters(dump_all);
+  ::unlink(conf);
   ncclUniqueId id;
   ncclComm_t comm = nullptr;
   if (ncclGetUniqueId(&id) != ncclSuccess || ncclCommInitRank(&comm, 1, id, 0) != ncclSuccess) {

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <string>
 
@@ -21,11 +22,56 @@ namespace purlin::log {
 namespace {
 
 struct Logger {
-  Level level = Level::none;
+  std::atomic<int> level{0};  // a Level; NCCL_WARN_ENABLE_DEBUG_INFO sets INFO after a WARN
   std::uint64_t mask = kDefaultSubsys;
+  std::uint32_t timestamp_levels = kDefaultTimestampLevels;  // bit 1 << level
+  std::string timestamp_format = kDefaultTimestampFormat;    // for strftime, '_' made spaces
+  int fraction_at = -1;  // where %Nf stood in it (N spaces hold its place), or -1
+  int fraction_digits = 0;
+  bool warn_sets_info = false;
   std::shared_ptr<spdlog::logger> sink;
   std::string host;
 };
+
+// NCCL's timestamp format: the first %Nf (N of 1..9, not after %%) becomes N spaces that each line
+// fills with the second's fraction; '_' stands for a space.
+void set_timestamp_format(Logger* l, std::string format) {
+  for (std::size_t i = 0; i + 1 < format.size(); ++i) {
+    if (format[i] != '%') continue;
+    if (format[i + 1] == '%') {
+      ++i;
+      continue;
+    }
+    if (i + 2 < format.size() && format[i + 1] >= '1' && format[i + 1] <= '9' && format[i + 2] == 'f') {
+      l->fraction_digits = format[i + 1] - '0';
+      l->fraction_at = static_cast<int>(i);
+      format.replace(i, 3, static_cast<std::size_t>(l->fraction_digits), ' ');
+      break;
+    }
+  }
+  for (char& c : format)
+    if (c == '_') c = ' ';
+  l->timestamp_format = std::move(format);
+}
+
+std::string timestamp(const Logger& l) {
+  if (l.timestamp_format.empty()) return "";
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  std::tm local{};
+  localtime_r(&now.tv_sec, &local);
+  std::string format = l.timestamp_format;
+  if (l.fraction_at >= 0) {
+    long scale = 1;
+    for (int d = 0; d < l.fraction_digits; ++d) scale *= 10;
+    const std::string fraction = fmt::format("{:0{}}", now.tv_nsec / (1000000000L / scale), l.fraction_digits);
+    format.replace(static_cast<std::size_t>(l.fraction_at), fraction.size(), fraction);
+  }
+  char out[512];
+  std::size_t n = std::strftime(out, sizeof out, format.c_str(), &local);
+  if (n == 0) n = std::strftime(out, sizeof out, kDefaultTimestampFormat, &local);
+  return std::string(out, n);
+}
 
 std::string expand_file_name(const std::string& pattern, const std::string& host) {
   std::string out;
@@ -48,13 +94,18 @@ std::atomic<Logger*> g_logger{nullptr};
 std::mutex g_init_mutex;
 thread_local int tls_device = -1;
 
-// A logger as NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE say now.
+// A logger as NCCL's debug variables say now.
 Logger* make_logger() {
   // Not through config(), which logs through us: the variables as they are now, after NCCL's files.
   auto env = [](const char* name) { return env_now(name).value_or(""); };
   auto* fresh = new Logger();  // lives for the process: log lines may come from exit handlers
-  fresh->level = parse_level(env("NCCL_DEBUG")).value_or(Level::none);
-  if (auto subsys = env_now("NCCL_DEBUG_SUBSYS")) fresh->mask = parse_subsys(*subsys).value_or(kDefaultSubsys);
+  fresh->level = static_cast<int>(parse_level(env("NCCL_DEBUG")).value_or(Level::none));
+  if (auto subsys = env_now("NCCL_DEBUG_SUBSYS")) fresh->mask = parse_names(*subsys, subsys_table()).value_or(kDefaultSubsys);
+  if (auto levels = env_now("NCCL_DEBUG_TIMESTAMP_LEVELS"))
+    fresh->timestamp_levels =
+        static_cast<std::uint32_t>(parse_names(*levels, timestamp_level_table()).value_or(kDefaultTimestampLevels));
+  set_timestamp_format(fresh, env_now("NCCL_DEBUG_TIMESTAMP_FORMAT").value_or(kDefaultTimestampFormat));
+  fresh->warn_sets_info = parse_bool(env("NCCL_WARN_ENABLE_DEBUG_INFO")).value_or(false);
   char name[256] = {0};
   gethostname(name, sizeof(name) - 1);
   fresh->host = name;
@@ -87,20 +138,44 @@ Logger& logger() {
   return *l;
 }
 
-struct SubsysName {
-  const char* name;
-  std::uint64_t bits;
-};
-// In NCCL's order; ALL is the one name of several bits.
-constexpr SubsysName kSubsysNames[] = {
-    {"INIT", kInit},     {"COLL", kColl},       {"P2P", kP2p},         {"SHM", kShm},
-    {"NET", kNet},       {"GRAPH", kGraph},     {"TUNING", kTune},     {"ENV", kEnv},
-    {"ALLOC", kAlloc},   {"ALLOC_HOST", kAllocHost}, {"CALL", kCall},   {"PROXY", kProxy},
-    {"NVLS", kNvls},     {"BOOTSTRAP", kBootstrap}, {"REG", kReg},      {"PROFILE", kProfile},
-    {"RAS", kRas},       {"DESTROY", kDestroy}, {"ALL", ~std::uint64_t{0}},
+constexpr NamedBits kLevels[] = {
+    {"VERSION", 1, "Prints the NCCL version info only"},
+    {"WARN", 2, "Prints only messages indicating a fatal error."},
+    {"INFO", 3, "Prints debug message"},
+    {"ABORT", 4, ""},
+    {"TRACE", 5, "Prints replayable trace info on all calls"},
 };
 
-constexpr const char* kLevelNames[] = {"VERSION", "WARN", "INFO", "ABORT", "TRACE"};
+constexpr NamedBits kSubsys[] = {
+    {"INIT", kInit, "NCCL and comm initialization (included in default)"},
+    {"COLL", kColl, "Collective operations"},
+    {"P2P", kP2p, "Peer-to-peer transport"},
+    {"SHM", kShm, "Shared memory transport"},
+    {"NET", kNet, "Network transport"},
+    {"GRAPH", kGraph, "Graph search and topology"},
+    {"TUNING", kTune, "Algorithm tuning"},
+    {"ENV", kEnv, "Parameter settings by config file, EnvVar or EnvPlugins (included in default)"},
+    {"ALLOC", kAlloc, "Device memory allocation"},
+    {"ALLOC_HOST", kAllocHost, "Host memory allocation"},
+    {"CALL", kCall, "API call tracing"},
+    {"PROXY", kProxy, "Proxy thread operations"},
+    {"NVLS", kNvls, "NVLink SHARP operations"},
+    {"BOOTSTRAP", kBootstrap, "Bootstrap network (included in default)"},
+    {"REG", kReg, "Buffer registration"},
+    {"PROFILE", kProfile, "Profiling"},
+    {"RAS", kRas, "Reliability, availability, serviceability"},
+    {"DESTROY", kDestroy, "Communicator destroy, abort, revoke, and plugin unload/close operations"},
+    {"ALL", ~std::uint64_t{0}, "All categories"},
+};
+
+constexpr NamedBits kTimestampLevels[] = {
+    {"VERSION", 1u << 1, "on NCCL version info message"},
+    {"WARN", 1u << 2, "on Explicit error message"},
+    {"INFO", 1u << 3, "on Debug message"},
+    {"ABORT", 1u << 4, ""},
+    {"TRACE", 1u << 5, "on Replayable trace message"},
+    {"ALL", 0x3eu, "on All messages"},
+};
 
 std::string_view trimmed(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
@@ -117,19 +192,30 @@ bool same_letters(std::string_view a, std::string_view b) {
 
 }  // namespace
 
+std::span<const NamedBits> level_names() { return kLevels; }
+std::span<const NamedBits> subsys_table() { return kSubsys; }
+std::span<const NamedBits> timestamp_level_table() { return kTimestampLevels; }
+
 std::optional<Level> parse_level(std::string_view text) {
   const std::string_view t = trimmed(text);
-  for (int i = 0; i < 5; ++i)
-    if (same_letters(t, kLevelNames[i])) return static_cast<Level>(i + 1);
+  for (const NamedBits& n : kLevels)
+    if (same_letters(t, n.name)) return static_cast<Level>(n.bits);
   return std::nullopt;
 }
 
 const char* level_name(Level level) {
-  const int i = static_cast<int>(level);
-  return i >= 1 && i <= 5 ? kLevelNames[i - 1] : "<unknown>";
+  for (const NamedBits& n : kLevels)
+    if (n.bits == static_cast<std::uint64_t>(level)) return n.name;
+  return "<unknown>";
 }
 
-std::optional<std::uint64_t> parse_subsys(std::string_view text) {
+std::optional<bool> parse_bool(std::string_view text) {
+  if (text == "1" || same_letters(text, "T") || same_letters(text, "TRUE")) return true;
+  if (text == "0" || same_letters(text, "F") || same_letters(text, "FALSE")) return false;
+  return std::nullopt;
+}
+
+std::optional<std::uint64_t> parse_names(std::string_view text, std::span<const NamedBits> table) {
   const bool invert = !text.empty() && text.front() == '^';
   if (invert) text.remove_prefix(1);
   std::uint64_t mask = invert ? ~std::uint64_t{0} : 0;
@@ -137,8 +223,8 @@ std::optional<std::uint64_t> parse_subsys(std::string_view text) {
     const std::size_t comma = text.find(',');
     const std::string_view item = trimmed(text.substr(0, comma));
     if (!item.empty()) {
-      const SubsysName* found = nullptr;
-      for (const SubsysName& n : kSubsysNames)
+      const NamedBits* found = nullptr;
+      for (const NamedBits& n : table)
         if (same_letters(item, n.name)) found = &n;
       if (found == nullptr) return std::nullopt;
       mask = invert ? mask & ~found->bits : mask | found->bits;
@@ -149,11 +235,11 @@ std::optional<std::uint64_t> parse_subsys(std::string_view text) {
   return mask;
 }
 
-std::string subsys_names(std::uint64_t mask) {
-  for (const SubsysName& n : kSubsysNames)
+std::string names_of(std::uint64_t mask, std::span<const NamedBits> table) {
+  for (const NamedBits& n : table)
     if (n.bits == mask) return n.name;
   std::string out;
-  for (const SubsysName& n : kSubsysNames) {
+  for (const NamedBits& n : table) {
     const bool one_bit = n.bits != 0 && (n.bits & (n.bits - 1)) == 0;
     if (!one_bit || (mask & n.bits) != n.bits) continue;
     if (!out.empty()) out += ',';
@@ -164,7 +250,7 @@ std::string subsys_names(std::uint64_t mask) {
 
 bool enabled(Level level, unsigned subsys) {
   const Logger& l = logger();
-  if (static_cast<int>(level) > static_cast<int>(l.level)) return false;
+  if (static_cast<int>(level) > l.level.load(std::memory_order_relaxed)) return false;
   if (level == Level::warn || level == Level::version) return true;
   return (l.mask & subsys) != 0;
 }
@@ -182,8 +268,11 @@ void write(Level level, unsigned /*subsys*/, std::string_view message) {
   Logger& l = logger();
   const char* tag = level == Level::warn ? "WARN" : level == Level::trace ? "TRACE" : "INFO";
   long tid = syscall(SYS_gettid);
-  std::string line = fmt::format("{}:{}:{} [{}] NCCL {} {}", l.host, getpid(), tid, tls_device, tag, message);
+  std::string line = level == Level::warn ? "\n" : "";
+  if (l.timestamp_levels & (1u << static_cast<int>(level))) line += timestamp(l);
+  line += fmt::format("{}:{}:{} [{}] NCCL {} {}", l.host, getpid(), tid, tls_device, tag, message);
   l.sink->info(line);
+  if (level == Level::warn && l.warn_sets_info) l.level.store(static_cast<int>(Level::info), std::memory_order_relaxed);
 }
 
 }  // namespace purlin::log

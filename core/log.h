@@ -2,11 +2,16 @@
 //   host:pid:tid [dev] NCCL INFO <message>
 // NCCL_DEBUG chooses the level (VERSION, WARN, INFO, ABORT, TRACE), NCCL_DEBUG_SUBSYS the
 // subsystems (INIT, COLL, ..., ALL; ^ negates), NCCL_DEBUG_FILE the destination (%h host, %p pid),
-// each parsed as NCCL 2.30 parses it. WARN lines are printed whenever NCCL_DEBUG is WARN or more.
+// NCCL_DEBUG_TIMESTAMP_LEVELS and NCCL_DEBUG_TIMESTAMP_FORMAT the lines that start with a timestamp
+// and its strftime format (%Nf: N digits of the second's fraction; _ for a space; by default WARN
+// lines, "[%F %T] "), each parsed as NCCL 2.30 parses it. WARN lines are printed whenever
+// NCCL_DEBUG is WARN or more, after an empty line as NCCL prints them; NCCL_WARN_ENABLE_DEBUG_INFO
+// turns INFO on after the first.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -39,19 +44,37 @@ enum Subsys : unsigned {
   kAll = ~0u,
 };
 
-// NCCL_DEBUG as NCCL parses it: one of VERSION, WARN, INFO, ABORT, TRACE in any case, blanks
-// around it trimmed; nullopt for anything else (NCCL then keeps its default, none).
+// NCCL 2.30's debug variables, parsed as NCCL parses them (its parameter registry's parsers), for
+// the logger and the parameter API (nccl_shim/api_param.cc).
+//
+// A name with its value and NCCL's description of it, in NCCL's order.
+struct NamedBits {
+  const char* name;
+  std::uint64_t bits;
+  const char* desc;
+};
+std::span<const NamedBits> level_names();            // NCCL_DEBUG: VERSION (1) ... TRACE (5)
+std::span<const NamedBits> subsys_table();           // NCCL_DEBUG_SUBSYS: INIT ... DESTROY, ALL
+std::span<const NamedBits> timestamp_level_table();  // NCCL_DEBUG_TIMESTAMP_LEVELS: 1 << level, ALL
+
+// NCCL_DEBUG: one of the level names in any case, blanks around it trimmed; nullopt for anything
+// else (NCCL then keeps its default, none).
 std::optional<Level> parse_level(std::string_view text);
-// The level's name as NCCL writes it, "<unknown>" for none (which has no name in NCCL either).
+// The level's name, "<unknown>" for none (which has no name in NCCL either).
 const char* level_name(Level level);
-// NCCL_DEBUG_SUBSYS as NCCL parses it: names separated by commas (any case, trimmed, empty items
-// skipped, so "" is no subsystem), all of them but those named after a leading ^; ALL is every bit
-// of 64. nullopt where a name is unknown (NCCL then keeps its default, kDefaultSubsys).
-std::optional<std::uint64_t> parse_subsys(std::string_view text);
-// NCCL's name for a mask: the one name whose value it is (ALL), else the single-bit names it holds
+// NCCL_DEBUG_SUBSYS and NCCL_DEBUG_TIMESTAMP_LEVELS: names separated by commas (any case, trimmed,
+// empty items skipped, so "" is none), or all bits but those named after a leading ^; nullopt where
+// a name is unknown (NCCL then keeps the default).
+std::optional<std::uint64_t> parse_names(std::string_view text, std::span<const NamedBits> table);
+// NCCL's text for a mask: the one name whose value it is (ALL), else the single-bit names it holds
 // joined by commas, else NONE.
-std::string subsys_names(std::uint64_t mask);
+std::string names_of(std::uint64_t mask, std::span<const NamedBits> table);
+// A boolean parameter (NCCL_WARN_ENABLE_DEBUG_INFO, ...): 1, T or TRUE, 0, F or FALSE in any case;
+// nullopt for anything else.
+std::optional<bool> parse_bool(std::string_view text);
 inline constexpr std::uint64_t kDefaultSubsys = kInit | kEnv | kBootstrap;
+inline constexpr std::uint32_t kDefaultTimestampLevels = 1u << static_cast<int>(Level::warn);
+inline constexpr const char* kDefaultTimestampFormat = "[%F %T] ";
 
 // True when a message of this level and subsystem would be printed (cheap: two loads).
 bool enabled(Level level, unsigned subsys);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -38,18 +39,6 @@ enum class Parser { boolean, text, level, subsys, timestamp_levels };
 struct Value {
   std::uint64_t bits = 0;               // bool, uint32_t, uint64_t or the level's int, by the parser
   std::optional<std::string> text;      // Parser::text
-};
-
-struct Option {
-  const char* name;
-  std::uint64_t bits;
-  const char* desc;
-};
-
-constexpr Option kTimestampLevels[] = {
-    {"VERSION", 1u << 1, "on NCCL version info message"}, {"WARN", 1u << 2, "on Explicit error message"},
-    {"INFO", 1u << 3, "on Debug message"},                {"ABORT", 1u << 4, ""},
-    {"TRACE", 1u << 5, "on Replayable trace message"},    {"ALL", 0x3e, "on All messages"},
 };
 
 }  // namespace
@@ -80,52 +69,12 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-bool same_letters(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
-// NCCL's bitset parser over kTimestampLevels (NCCL_DEBUG_SUBSYS has log::parse_subsys).
-std::optional<std::uint64_t> parse_timestamp_levels(std::string_view text) {
-  const bool invert = !text.empty() && text.front() == '^';
-  if (invert) text.remove_prefix(1);
-  std::uint32_t bits = invert ? ~0u : 0u;
-  while (true) {
-    const std::size_t comma = text.find(',');
-    const std::string_view item = trim(text.substr(0, comma));
-    if (!item.empty()) {
-      const Option* found = nullptr;
-      for (const Option& o : kTimestampLevels)
-        if (same_letters(item, o.name)) found = &o;
-      if (found == nullptr) return std::nullopt;
-      bits = invert ? bits & ~static_cast<std::uint32_t>(found->bits) : bits | static_cast<std::uint32_t>(found->bits);
-    }
-    if (comma == std::string_view::npos) break;
-    text.remove_prefix(comma + 1);
-  }
-  return bits;
-}
-
-std::string timestamp_level_names(std::uint64_t bits) {
-  for (const Option& o : kTimestampLevels)
-    if (o.bits == bits) return o.name;
-  std::string out;
-  for (const Option& o : kTimestampLevels) {
-    if ((o.bits & (o.bits - 1)) != 0 || (bits & o.bits) != o.bits) continue;
-    if (!out.empty()) out += ',';
-    out += o.name;
-  }
-  return out.empty() ? "NONE" : out;
-}
-
 // The value of text from the environment, or nullopt where NCCL would keep the default.
 std::optional<Value> resolve(Parser parser, const std::string& text) {
   Value v;
   switch (parser) {
     case Parser::boolean:
-      if (text == "1" || same_letters(text, "T") || same_letters(text, "TRUE")) v.bits = 1;
-      else if (text == "0" || same_letters(text, "F") || same_letters(text, "FALSE")) v.bits = 0;
+      if (auto b = log::parse_bool(text)) v.bits = *b ? 1 : 0;
       else return std::nullopt;
       return v;
     case Parser::text:
@@ -136,11 +85,11 @@ std::optional<Value> resolve(Parser parser, const std::string& text) {
       else return std::nullopt;
       return v;
     case Parser::subsys:
-      if (auto mask = log::parse_subsys(text)) v.bits = *mask;
+      if (auto mask = log::parse_names(text, log::subsys_table())) v.bits = *mask;
       else return std::nullopt;
       return v;
     case Parser::timestamp_levels:
-      if (auto bits = parse_timestamp_levels(text)) v.bits = *bits;
+      if (auto mask = log::parse_names(text, log::timestamp_level_table())) v.bits = static_cast<std::uint32_t>(*mask);
       else return std::nullopt;
       return v;
   }
@@ -152,8 +101,8 @@ std::string to_string(Parser parser, const Value& v) {
     case Parser::boolean: return v.bits ? "TRUE" : "FALSE";
     case Parser::text: return v.text.value_or("");
     case Parser::level: return log::level_name(static_cast<log::Level>(v.bits));
-    case Parser::subsys: return log::subsys_names(v.bits);
-    case Parser::timestamp_levels: return timestamp_level_names(v.bits);
+    case Parser::subsys: return log::names_of(v.bits, log::subsys_table());
+    case Parser::timestamp_levels: return log::names_of(v.bits, log::timestamp_level_table());
   }
   return "";
 }
@@ -169,49 +118,19 @@ std::size_t raw_size(const ncclParamHandle& h) {
   return 0;
 }
 
-std::string describe(const char* title, const Option* options, std::size_t n) {
+std::string describe(const char* title, std::span<const log::NamedBits> options) {
   std::string d = title;
-  for (std::size_t i = 0; i < n; ++i) {
+  for (const log::NamedBits& o : options) {
     d += "\n        ";
-    d += options[i].name;
-    if (options[i].desc != nullptr) {
-      d += " - ";
-      d += options[i].desc;
-    }
+    d += o.name;
+    d += " - ";
+    d += o.desc;
   }
   return d;
 }
 
 ncclParamHandle* make(std::string key, Parser parser, const char* type, std::uint64_t flags, const char* desc,
                       Value fallback) {
-  static const Option kLevels[] = {
-      {"VERSION", 1, "Prints the NCCL version info only"},
-      {"WARN", 2, "Prints only messages indicating a fatal error."},
-      {"INFO", 3, "Prints debug message"},
-      {"ABORT", 4, ""},
-      {"TRACE", 5, "Prints replayable trace info on all calls"},
-  };
-  static const Option kSubsys[] = {
-      {"INIT", log::kInit, "NCCL and comm initialization (included in default)"},
-      {"COLL", log::kColl, "Collective operations"},
-      {"P2P", log::kP2p, "Peer-to-peer transport"},
-      {"SHM", log::kShm, "Shared memory transport"},
-      {"NET", log::kNet, "Network transport"},
-      {"GRAPH", log::kGraph, "Graph search and topology"},
-      {"TUNING", log::kTune, "Algorithm tuning"},
-      {"ENV", log::kEnv, "Parameter settings by config file, EnvVar or EnvPlugins (included in default)"},
-      {"ALLOC", log::kAlloc, "Device memory allocation"},
-      {"ALLOC_HOST", log::kAllocHost, "Host memory allocation"},
-      {"CALL", log::kCall, "API call tracing"},
-      {"PROXY", log::kProxy, "Proxy thread operations"},
-      {"NVLS", log::kNvls, "NVLink SHARP operations"},
-      {"BOOTSTRAP", log::kBootstrap, "Bootstrap network (included in default)"},
-      {"REG", log::kReg, "Buffer registration"},
-      {"PROFILE", log::kProfile, "Profiling"},
-      {"RAS", log::kRas, "Reliability, availability, serviceability"},
-      {"DESTROY", log::kDestroy, "Communicator destroy, abort, revoke, and plugin unload/close operations"},
-      {"ALL", ~std::uint64_t{0}, "All categories"},
-  };
   auto* h = new ncclParamHandle();
   h->key = std::move(key);
   h->parser = parser;
@@ -230,15 +149,15 @@ ncclParamHandle* make(std::string key, Parser parser, const char* type, std::uin
       break;
     case Parser::level:
       h->type_id = kRaw;
-      h->accepted = describe("One of:", kLevels, std::size(kLevels));
+      h->accepted = describe("One of:", log::level_names());
       break;
     case Parser::subsys:
       h->type_id = kU64;
-      h->accepted = describe("Comma-separated list of:", kSubsys, std::size(kSubsys));
+      h->accepted = describe("Comma-separated list of:", log::subsys_table());
       break;
     case Parser::timestamp_levels:
       h->type_id = kU32;
-      h->accepted = describe("Comma-separated list of:", kTimestampLevels, std::size(kTimestampLevels));
+      h->accepted = describe("Comma-separated list of:", log::timestamp_level_table());
       break;
   }
   return h;
@@ -259,9 +178,9 @@ const std::vector<ncclParamHandle*>& handles() {
              "character as part of the path, please convert to a relative or absolute path first.",
              text(nullptr)),
         make("NCCL_DEBUG_TIMESTAMP_FORMAT", Parser::text, "const char*", kPublished | kNoEnvPluginInit,
-             "Set the format used when printing debug log messages", text("[%F %T] ")),
+             "Set the format used when printing debug log messages", text(log::kDefaultTimestampFormat)),
         make("NCCL_DEBUG_TIMESTAMP_LEVELS", Parser::timestamp_levels, "uint32_t", kPublished | kNoEnvPluginInit,
-             "Set which log lines get a timestamp depending upon the level of the log", bits(1u << 2)),
+             "Set which log lines get a timestamp depending upon the level of the log", bits(log::kDefaultTimestampLevels)),
         make("NCCL_NO_CACHE", Parser::text, "const char*", kCached,
              "Comma-separated list of param keys to disable caching (or ALL)", text(nullptr)),
         make("NCCL_SET_THREAD_NAME", Parser::boolean, "bool", kPublished | kCached,

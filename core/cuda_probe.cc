@@ -28,6 +28,14 @@ std::string pci_bus_id(int device) {
 }  // namespace
 #endif
 
+int cuda_build_version() {
+#if defined(PURLIN_HAVE_CUDA)
+  return CUDART_VERSION;
+#else
+  return 0;
+#endif
+}
+
 int cuda_device_count() {
 #if defined(PURLIN_HAVE_CUDA)
   static const int count = [] {

@@ -6,6 +6,8 @@
 
 namespace purlin {
 
+// The CUDA runtime version the library was built with (13000 for 13.0), 0 for a build without CUDA.
+int cuda_build_version();
 // Number of usable CUDA devices; 0 when the build has no CUDA, there is no driver or no device.
 int cuda_device_count();
 // The calling thread's current device, or -1 when there is none.

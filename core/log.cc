@@ -257,6 +257,8 @@ bool enabled(Level level, unsigned subsys) {
 
 void set_thread_device(int device) { tls_device = device; }
 
+Level current_level() { return static_cast<Level>(logger().level.load(std::memory_order_relaxed)); }
+
 void reload() {
   std::lock_guard<std::mutex> guard(g_init_mutex);
   Logger* old = g_logger.exchange(make_logger(), std::memory_order_acq_rel);
@@ -270,7 +272,8 @@ void write(Level level, unsigned /*subsys*/, std::string_view message) {
   long tid = syscall(SYS_gettid);
   std::string line = level == Level::warn ? "\n" : "";
   if (l.timestamp_levels & (1u << static_cast<int>(level))) line += timestamp(l);
-  line += fmt::format("{}:{}:{} [{}] NCCL {} {}", l.host, getpid(), tid, tls_device, tag, message);
+  if (level == Level::version) line += message;
+  else line += fmt::format("{}:{}:{} [{}] NCCL {} {}", l.host, getpid(), tid, tls_device, tag, message);
   l.sink->info(line);
   if (level == Level::warn && l.warn_sets_info) l.level.store(static_cast<int>(Level::info), std::memory_order_relaxed);
 }

@@ -78,8 +78,11 @@ inline constexpr const char* kDefaultTimestampFormat = "[%F %T] ";
 
 // True when a message of this level and subsystem would be printed (cheap: two loads).
 bool enabled(Level level, unsigned subsys);
+// A line of this level; a VERSION line is the message alone, as NCCL prints it.
 void write(Level level, unsigned subsys, std::string_view message);
-// Reads NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE again (ncclResetDebugInit).
+// The level NCCL_DEBUG set (raised to INFO by NCCL_WARN_ENABLE_DEBUG_INFO after a WARN).
+Level current_level();
+// Reads NCCL's debug variables again (ncclResetDebugInit).
 void reload();
 // The device the calling thread works for, shown in the [dev] field (-1: none).
 void set_thread_device(int device);

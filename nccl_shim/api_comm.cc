@@ -131,8 +131,24 @@ void discard(ncclComm* comm) {
 }
 
 // Allocates the comm, then joins the ranks now (blocking) or in the background (non-blocking).
+// NCCL's version line, at the first communicator the process creates: a line of its own on rank 0
+// at NCCL_DEBUG=VERSION or WARN, an INFO line on every rank from INFO up. It names this library too.
+void announce_version(int rank) {
+  const log::Level level = log::current_level();
+  if (level <= log::Level::warn && (level == log::Level::none || rank != 0)) return;
+  static std::once_flag once;
+  std::call_once(once, [level] {
+    std::string text = fmt::format("NCCL version {}.{}.{}{}", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, NCCL_SUFFIX);
+    if (const int cuda = cuda_build_version(); cuda > 0) text += fmt::format("+cuda{}.{}", cuda / 1000, cuda % 1000 / 10);
+    text += fmt::format(" (Purlin {})", PURLIN_VERSION);
+    if (level <= log::Level::warn) log::write(log::Level::version, log::kAll, text);
+    else log::info(log::kAll, "{}", text);
+  });
+}
+
 ncclResult_t start_comm(const char* fn, ncclComm_t* out, int nranks, const purlin::UniqueId& id, int rank,
                         const Settings& settings) {
+  announce_version(rank);
   int device = -1;
   if (ncclResult_t r = choose_device(fn, &device); r != ncclSuccess) return r;
   auto* comm = new ncclComm();

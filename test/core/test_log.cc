@@ -98,6 +98,15 @@ TEST_CASE("WARN lines come after an empty line, with a timestamp by default; INF
   CHECK(std::regex_match(text, want));
 }
 
+TEST_CASE("a VERSION line is its message alone", "[core][log]") {
+  const std::string text = logged("VERSION", nullptr, nullptr, nullptr, [] {
+    log::write(log::Level::version, log::kAll, "NCCL version 9.9.9");
+    log::info(log::kEnv, "not at VERSION");
+  });
+  CHECK(text == "NCCL version 9.9.9\n");
+  CHECK(log::current_level() == log::Level::none);  // logged() put the variables back
+}
+
 TEST_CASE("NCCL_DEBUG_TIMESTAMP_FORMAT and _LEVELS: %Nf is the second's fraction, _ a space", "[core][log]") {
   const std::string text = logged("INFO", "INFO", "<%Y_%3f>_", nullptr, [] {
     log::warn("plain");

@@ -11,7 +11,8 @@ prints a Markdown table of, per collective:
 
 and, with --check, whether each row holds the bars given: every share at least --roofline (only
 for rank counts from --roofline-ranks on), every geometric mean at most --geomean (only for runs
-from a graph), no wrong value, and our run complete (exit status 0, rows at 256 MiB and 1 GiB where
+from a graph whose sizes start at --min or below: the mean of a run from 256 MiB is shown with its
+first size and not judged), no wrong value, and our run complete (exit status 0, rows at 256 MiB and 1 GiB where
 the report's sizes reach them). A report with no reference (`--only-ours`) has no geometric mean.
 With --check the exit status is 1 when any row misses a bar.
 
@@ -88,9 +89,13 @@ def rows_of(report: dict, path: str, least: int) -> list[dict]:
         coll, n = r["collective"], int(r["ranks"])
         ours = {key(x): x for x in (r["ours"].get("rows") or [])}
         ref = {key(x): x for x in ((r.get("ref") or {}).get("rows") or [])}
-        ratios = [o["time_us"] / ref[k]["time_us"] for k, o in ours.items()
+        paired = [(k[3], o["time_us"] / ref[k]["time_us"]) for k, o in ours.items()
                   if k[3] >= least and k in ref and ref[k].get("time_us") and o.get("time_us")]
-        geo = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else math.nan
+        geo = math.exp(sum(math.log(r) for _, r in paired) / len(paired)) if paired else math.nan
+        # A run that starts above --min (the -R runs from 256 MiB) has a mean of its own sizes, not
+        # the one the bar is set on: shown with its first size, not judged.
+        geo_from = min((size for size, _ in paired), default=0)
+        whole = min((k[3] for k in ours), default=0) <= least
         wrong = sum(int(o.get("wrong") or 0) for o in ours.values())
         # The lowest share among the rows of a size (several types, ops or roots).
         shares = {}
@@ -104,7 +109,7 @@ def rows_of(report: dict, path: str, least: int) -> list[dict]:
             if least <= size <= top and math.isnan(shares.get(size, math.nan)):
                 problems.append(f"no {label} time")
         out.append({"report": name_of(path), "ranks": n, "mode": mode, "iters": iters, "registered": reg,
-                    "collective": coll, "geomean": geo,
+                    "collective": coll, "geomean": geo, "geomean_from": geo_from, "geomean_whole": whole,
                     "roof_256m": shares.get(256 << 20, math.nan), "roof_1g": shares.get(1 << 30, math.nan),
                     "wrong": wrong, "problems": problems})
     return out
@@ -117,11 +122,18 @@ def verdict(row: dict, roofline: float, roofline_ranks: int, geomean: float) -> 
             v = row[field]
             if not math.isnan(v) and v < roofline:
                 misses.append(f"{label} {v:.3f} < {roofline:.2f}")
-    if row["mode"] == "graph" and not math.isnan(row["geomean"]) and row["geomean"] > geomean:
+    if row["mode"] == "graph" and row["geomean_whole"] and not math.isnan(row["geomean"]) and row["geomean"] > geomean:
         misses.append(f"geomean {row['geomean']:.3f} > {geomean:.2f}")
     if row["wrong"]:
         misses.append(f"{row['wrong']} wrong")
     return "holds" if not misses else "misses: " + ", ".join(misses)
+
+
+def size_name(n: int) -> str:
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
 
 
 def fmt(v: float) -> str:
@@ -148,7 +160,10 @@ def main(argv: list[str]) -> int:
     print("|" + " --- |" * len(head))
     missed = 0
     for r in rows:
-        cells = [r["report"], str(r["ranks"]), r["mode"], str(r["iters"]), r["registered"], r["collective"], fmt(r["geomean"]),
+        geo = fmt(r["geomean"])
+        if not r["geomean_whole"] and geo != "-":
+            geo += f" (from {size_name(r['geomean_from'])})"
+        cells = [r["report"], str(r["ranks"]), r["mode"], str(r["iters"]), r["registered"], r["collective"], geo,
                  fmt(r["roof_256m"]), fmt(r["roof_1g"]), str(r["wrong"])]
         if args.check:
             v = verdict(r, args.roofline, args.roofline_ranks, args.geomean)

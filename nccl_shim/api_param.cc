@@ -273,12 +273,7 @@ void note_flags(const ncclParamHandle& h) {
     log::info(log::kEnv, "ENV: {} is private. Its function may change without notice across versions.", h.key);
 }
 
-bool show_all() {
-  const std::optional<std::string> text = env_now("NCCL_PARAM_DUMP_ALL");
-  if (!text) return false;
-  const std::optional<Value> v = resolve(Parser::boolean, *text);
-  return v && v->bits;
-}
+bool show_all() { return log::parse_bool(env_now("NCCL_PARAM_DUMP_ALL").value_or("")).value_or(false); }
 
 template <class T>
 ncclResult_t typed(ncclParamHandle_t h, T* out, int type_id) {

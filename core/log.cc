@@ -110,7 +110,8 @@ Logger* make_logger() {
   gethostname(name, sizeof(name) - 1);
   fresh->host = name;
   if (auto dot = fresh->host.find('.'); dot != std::string::npos) fresh->host.resize(dot);
-  std::string file = env("NCCL_DEBUG_FILE");
+  // As NCCL: the file is opened only for more than the version line.
+  std::string file = fresh->level > static_cast<int>(Level::version) ? env("NCCL_DEBUG_FILE") : "";
   try {
     if (!file.empty()) {
       fresh->sink = std::make_shared<spdlog::logger>(

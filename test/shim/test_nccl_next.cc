@@ -363,12 +363,12 @@ void parameters(bool dump_all) {
   error_strings();
   parameters(dump_all);
   ::unlink(conf);
-  // NCCL's version line at the first communicator: alone on its line at NCCL_DEBUG=VERSION, on rank 0.
+  // NCCL's version line at the first communicator: alone on its line at NCCL_DEBUG=WARN, on rank 0.
   char version_log[] = "/tmp/purlin-next-version-XXXXXX";
   if (dump_all) {
     const int fd = ::mkstemp(version_log);
     if (fd >= 0) ::close(fd);
-    ::setenv("NCCL_DEBUG", "VERSION", 1);
+    ::setenv("NCCL_DEBUG", "WARN", 1);
     ::setenv("NCCL_DEBUG_FILE", version_log, 1);
     ncclResetDebugInit();
   }
@@ -385,7 +385,7 @@ void parameters(bool dump_all) {
     const std::string want = "NCCL version " + std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." +
                              std::to_string(NCCL_PATCH);
     check(text.str().rfind(want, 0) == 0 && text.str().find("(Purlin ") != std::string::npos,
-          "NCCL_DEBUG=VERSION: the log is \"" + text.str() + "\", not a line \"" + want + "...\"");
+          "NCCL_DEBUG=WARN: the log is \"" + text.str() + "\", not a line \"" + want + "...\"");
     ::unlink(version_log);
     ::unsetenv("NCCL_DEBUG_FILE");
     ::setenv("NCCL_DEBUG", "INFO", 1);

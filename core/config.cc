@@ -29,14 +29,12 @@ std::vector<std::string>& file_settings() {
 
 // The variable's value ("" when unset); the first reading of each name is kept for env_variables().
 std::string env(const char* name) {
-  apply_config_files();
-  const char* v = std::getenv(name);
-  std::string value = v ? std::string(v) : std::string();
+  const std::optional<std::string> v = env_now(name);
   std::lock_guard<std::mutex> g(g_read_mutex);
   auto& all = read_variables();
   if (std::none_of(all.begin(), all.end(), [&](const EnvVariable& e) { return e.name == name; }))
-    all.push_back(EnvVariable{name, value, v != nullptr});
-  return value;
+    all.push_back(EnvVariable{name, v.value_or(""), v.has_value()});
+  return v.value_or("");
 }
 
 double parse_seconds(const char* name, const std::string& text, double fallback) {

@@ -130,7 +130,6 @@ void discard(ncclComm* comm) {
   delete comm;
 }
 
-// Allocates the comm, then joins the ranks now (blocking) or in the background (non-blocking).
 // NCCL's version line, at the first communicator the process creates: a line of its own on rank 0
 // at NCCL_DEBUG=VERSION or WARN, an INFO line on every rank from INFO up. It names this library too.
 void announce_version(int rank) {
@@ -146,6 +145,7 @@ void announce_version(int rank) {
   });
 }
 
+// Allocates the comm, then joins the ranks now (blocking) or in the background (non-blocking).
 ncclResult_t start_comm(const char* fn, ncclComm_t* out, int nranks, const purlin::UniqueId& id, int rank,
                         const Settings& settings) {
   announce_version(rank);

@@ -5,7 +5,6 @@
 // read (listed under NCCL_PARAM_DUMP_ALL, as NCCL lists its private parameters). NCCL's other
 // variables (NCCL_NVLS_ENABLE, ...) are not in its registry, so not in this one. Calls with a NULL
 // argument fail with ncclInvalidArgument and no WARN, as in NCCL.
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>

@@ -1,6 +1,7 @@
 #include "core/cuda_probe.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <filesystem>
 #include <string>
@@ -13,6 +14,10 @@
 #include "core/log.h"
 
 namespace purlin {
+
+namespace {
+std::atomic<bool> g_devices_found{false};
+}  // namespace
 
 #if defined(PURLIN_HAVE_CUDA)
 namespace {
@@ -48,11 +53,14 @@ int cuda_device_count() {
     }
     return n;
   }();
+  if (count > 0 && !g_devices_found.load(std::memory_order_relaxed)) g_devices_found.store(true, std::memory_order_relaxed);
   return count;
 #else
   return 0;
 #endif
 }
+
+bool cuda_devices_found() { return g_devices_found.load(std::memory_order_relaxed); }
 
 int cuda_current_device() {
 #if defined(PURLIN_HAVE_CUDA)

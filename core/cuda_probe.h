@@ -10,6 +10,9 @@ namespace purlin {
 int cuda_build_version();
 // Number of usable CUDA devices; 0 when the build has no CUDA, there is no driver or no device.
 int cuda_device_count();
+// True once cuda_device_count has found a device (it never initialises CUDA itself): the logger
+// asks for the current device only then.
+bool cuda_devices_found();
 // The calling thread's current device, or -1 when there is none.
 int cuda_current_device();
 // Makes `device` the calling thread's current device; false when that fails or there is no CUDA.

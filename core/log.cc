@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cctype>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/config.h"
+#include "core/cuda_probe.h"
 #include "core/topology.h"
 
 namespace purlin::log {
@@ -31,6 +33,7 @@ struct Logger {
   bool warn_sets_info = false;
   std::shared_ptr<spdlog::logger> sink;
   std::string host;
+  std::chrono::steady_clock::time_point epoch = std::chrono::steady_clock::now();  // TRACE lines count from it
 };
 
 // NCCL's timestamp format: the first %Nf (N of 1..9, not after %%) becomes N spaces that each line
@@ -90,9 +93,40 @@ std::string expand_file_name(const std::string& pattern, const std::string& host
   return out;
 }
 
+// The [dev] field: the calling thread's CUDA device as NCCL prints it (cudaGetDevice, 0 where that
+// fails), asked only once the library has found devices itself: a log line must not be what
+// initialises CUDA (in a process that forks its ranks afterwards, say).
+int shown_device() {
+  if (!cuda_devices_found()) return 0;
+  const int device = cuda_current_device();
+  return device < 0 ? 0 : device;
+}
+
+// A source file as WARN lines name it: its folder and name ("nccl_shim/api_coll.cc").
+std::string_view source_file(const std::source_location& where) {
+  std::string_view path = where.file_name();
+  const std::size_t last = path.rfind('/');
+  if (last == std::string_view::npos || last == 0) return path;
+  const std::size_t before = path.rfind('/', last - 1);
+  return before == std::string_view::npos ? path : path.substr(before + 1);
+}
+
+// A function's bare name, as __func__ gives it, from the compiler's full signature
+// ("purlin::Status purlin::snac::Communicator::start(int)" -> "start").
+std::string_view function_of(const std::source_location& where) {
+  std::string_view s = where.function_name();
+  s = s.substr(0, s.find('('));
+  int depth = 0;
+  for (std::size_t i = s.size(); i-- > 0;) {
+    if (s[i] == '>') ++depth;
+    else if (s[i] == '<') --depth;
+    else if (depth == 0 && (s[i] == ' ' || s[i] == ':')) return s.substr(i + 1);
+  }
+  return s;
+}
+
 std::atomic<Logger*> g_logger{nullptr};
 std::mutex g_init_mutex;
-thread_local int tls_device = -1;
 
 // A logger as NCCL's debug variables say now.
 Logger* make_logger() {
@@ -256,8 +290,6 @@ bool enabled(Level level, unsigned subsys) {
   return (l.mask & subsys) != 0;
 }
 
-void set_thread_device(int device) { tls_device = device; }
-
 Level current_level() { return static_cast<Level>(logger().level.load(std::memory_order_relaxed)); }
 
 void reload() {
@@ -267,14 +299,29 @@ void reload() {
   if (old) old->sink->flush();
 }
 
-void write(Level level, unsigned /*subsys*/, std::string_view message) {
+void write(Level level, unsigned /*subsys*/, std::string_view message, const std::source_location& where) {
   Logger& l = logger();
-  const char* tag = level == Level::warn ? "WARN" : level == Level::trace ? "TRACE" : "INFO";
   long tid = syscall(SYS_gettid);
   std::string line = level == Level::warn ? "\n" : "";
   if (l.timestamp_levels & (1u << static_cast<int>(level))) line += timestamp(l);
-  if (level == Level::version) line += message;
-  else line += fmt::format("{}:{}:{} [{}] NCCL {} {}", l.host, getpid(), tid, tls_device, tag, message);
+  if (level == Level::version) {
+    line += message;
+  } else {
+    line += fmt::format("{}:{}:{} [{}] ", l.host, getpid(), tid, shown_device());
+    const bool located = where.line() != 0;
+    if (level == Level::warn) {
+      if (located) line += fmt::format("{}:{} ({}) ", source_file(where), where.line(), function_of(where));
+      else line += "<unknown>:0 ";
+      line += "NCCL WARN ";
+    } else if (level == Level::trace) {
+      const std::chrono::duration<double, std::milli> since = std::chrono::steady_clock::now() - l.epoch;
+      line += fmt::format("{:f} {}:{} NCCL TRACE ", since.count(), located ? function_of(where) : "<unknown>",
+                          where.line());
+    } else {
+      line += "NCCL INFO ";
+    }
+    line += message;
+  }
   l.sink->info(line);
   if (level == Level::warn && l.warn_sets_info) l.level.store(static_cast<int>(Level::info), std::memory_order_relaxed);
 }

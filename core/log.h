@@ -1,5 +1,9 @@
 // Logging in NCCL's format and levels through spdlog:
 //   host:pid:tid [dev] NCCL INFO <message>
+//   host:pid:tid [dev] file.cc:line (function) NCCL WARN <message>
+//   host:pid:tid [dev] <ms since the logger started> function:line NCCL TRACE <message>
+// where dev is the calling thread's CUDA device (0 where it has none, or before the library has
+// asked CUDA for its devices, so that a log line never initialises CUDA).
 // NCCL_DEBUG chooses the level (VERSION, WARN, INFO, ABORT, TRACE), NCCL_DEBUG_SUBSYS the
 // subsystems (INIT, COLL, ..., ALL; ^ negates), NCCL_DEBUG_FILE the destination (%h host, %p pid),
 // NCCL_DEBUG_TIMESTAMP_LEVELS and NCCL_DEBUG_TIMESTAMP_FORMAT the lines that start with a timestamp
@@ -11,9 +15,11 @@
 
 #include <cstdint>
 #include <optional>
+#include <source_location>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -78,26 +84,37 @@ inline constexpr const char* kDefaultTimestampFormat = "[%F %T] ";
 
 // True when a message of this level and subsystem would be printed (cheap: two loads).
 bool enabled(Level level, unsigned subsys);
-// A line of this level; a VERSION line is the message alone, as NCCL prints it.
-void write(Level level, unsigned subsys, std::string_view message);
+// A line of this level; a VERSION line is the message alone, as NCCL prints it. WARN and TRACE
+// lines name `where` (none: "<unknown>", as NCCL's).
+void write(Level level, unsigned subsys, std::string_view message, const std::source_location& where = {});
 // The level NCCL_DEBUG set (raised to INFO by NCCL_WARN_ENABLE_DEBUG_INFO after a WARN).
 Level current_level();
 // Reads NCCL's debug variables again (ncclResetDebugInit).
 void reload();
-// The device the calling thread works for, shown in the [dev] field (-1: none).
-void set_thread_device(int device);
+
+// A format string and the source line that wrote it, for the lines that name it (WARN, TRACE).
+template <typename... Args>
+struct Located {
+  template <typename S>
+    requires std::is_convertible_v<const S&, std::string_view>
+  consteval Located(const S& text, std::source_location at = std::source_location::current())
+      : format(text), where(at) {}
+  fmt::format_string<Args...> format;
+  std::source_location where;
+};
 
 template <typename... Args>
 void info(unsigned subsys, fmt::format_string<Args...> f, Args&&... args) {
   if (enabled(Level::info, subsys)) write(Level::info, subsys, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
-void warn(fmt::format_string<Args...> f, Args&&... args) {
-  if (enabled(Level::warn, kAll)) write(Level::warn, kAll, fmt::format(f, std::forward<Args>(args)...));
+void warn(Located<std::type_identity_t<Args>...> f, Args&&... args) {
+  if (enabled(Level::warn, kAll)) write(Level::warn, kAll, fmt::format(f.format, std::forward<Args>(args)...), f.where);
 }
 template <typename... Args>
-void trace(unsigned subsys, fmt::format_string<Args...> f, Args&&... args) {
-  if (enabled(Level::trace, subsys)) write(Level::trace, subsys, fmt::format(f, std::forward<Args>(args)...));
+void trace(unsigned subsys, Located<std::type_identity_t<Args>...> f, Args&&... args) {
+  if (enabled(Level::trace, subsys))
+    write(Level::trace, subsys, fmt::format(f.format, std::forward<Args>(args)...), f.where);
 }
 
 }  // namespace purlin::log

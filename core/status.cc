@@ -30,9 +30,9 @@ void record(const std::string& message) {
 
 }  // namespace
 
-Status fail(Status code, const std::string& message) {
+Status fail(Status code, const std::string& message, std::source_location where) {
   record(message);
-  log::warn("{}", message);
+  if (log::enabled(log::Level::warn, log::kAll)) log::write(log::Level::warn, log::kAll, message, where);
   return code;
 }
 

@@ -2,6 +2,7 @@
 // shim converts with a cast at the boundary and nowhere else.
 #pragma once
 
+#include <source_location>
 #include <string>
 
 #include "core/hd.h"
@@ -26,8 +27,9 @@ inline constexpr const char* kDifferentArguments =
     "the ranks called a collective with different arguments (count, data type, reduction op or root)";
 
 // Records the message of the last failure of the calling thread (ncclGetLastError) and logs
-// it at WARN. Returns `code` so that call sites read `return fail(Status::x, "...")`.
-Status fail(Status code, const std::string& message);
+// it at WARN, naming the caller's source line. Returns `code` so that call sites read
+// `return fail(Status::x, "...")`.
+Status fail(Status code, const std::string& message, std::source_location where = std::source_location::current());
 // Records a failure that another thread already logged (with fail) as this thread's last error.
 Status adopt_error(Status code, const std::string& message);
 const std::string& last_error();

@@ -115,7 +115,6 @@ ncclResult_t choose_device(const char* fn, int* device) {
 ncclResult_t init_work(ncclComm* comm, const purlin::UniqueId& id, int rank, int nranks) {
   snac::Communicator::Options opt;
   opt.device = comm->device;
-  log::set_thread_device(comm->device);
   Status s = snac::Communicator::create(id, rank, nranks, opt, &comm->abort_flag, &comm->impl);
   if (s == Status::ok) s = Fallback::attach(comm, &comm->fallback);
   if (s != Status::ok) return propagate(comm, s);

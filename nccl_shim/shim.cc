@@ -48,8 +48,8 @@ bool acquire_use(ncclComm* comm, std::uint64_t serial) {
   return true;
 }
 
-ncclResult_t fail(ncclComm* comm, ncclResult_t code, const std::string& message) {
-  purlin::fail(static_cast<Status>(code), message);
+ncclResult_t fail(ncclComm* comm, ncclResult_t code, const std::string& message, std::source_location where) {
+  purlin::fail(static_cast<Status>(code), message, where);
   if (comm && is_live(comm)) {
     std::lock_guard<std::mutex> g(comm->mutex);
     comm->last_error = message;

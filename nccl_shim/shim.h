@@ -102,8 +102,10 @@ bool is_live(const ncclComm* comm, std::uint64_t serial);
 // with the check; see InUse.
 bool acquire_use(ncclComm* comm, std::uint64_t serial);
 
-// Records `message` as the comm's (and the thread's) last error, logs WARN, returns `code`.
-ncclResult_t fail(ncclComm* comm, ncclResult_t code, const std::string& message);
+// Records `message` as the comm's (and the thread's) last error, logs WARN naming the caller's
+// source line, returns `code`.
+ncclResult_t fail(ncclComm* comm, ncclResult_t code, const std::string& message,
+                  std::source_location where = std::source_location::current());
 // After an internal failure: copy the thread's last error into the comm.
 ncclResult_t propagate(ncclComm* comm, Status s);
 

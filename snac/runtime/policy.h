@@ -98,7 +98,7 @@ struct PolicyRecipe {
 };
 
 // The policy of a datapath in a regime: defaults, the policy file's entry, the environment, the
-// datapath's derivations. Logged at INFO under TUNE.
+// datapath's derivations. Logged at INFO under TUNING.
 Policy policy_for(const PolicyRecipe& recipe, const Regime& r);
 // The least staging half in which every lane of the widest call (two scattered phases) holds
 // `slots` chunks of 256 bytes.

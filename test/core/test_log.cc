@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/log.h"
+#include "core/status.h"
 #include "test/catch.h"
 
 using namespace purlin;
@@ -85,6 +86,20 @@ std::string logged(const char* level, const char* timestamp_levels, const char* 
   return text.str();
 }
 
+// The lines below write WARN and TRACE lines from named functions, keeping their line numbers.
+unsigned g_fail_line = 0;
+unsigned g_trace_line = 0;
+
+Status refuse_for_the_log() {
+  g_fail_line = __LINE__ + 1;
+  return fail(Status::invalid_argument, "refused here");
+}
+
+void trace_for_the_log() {
+  g_trace_line = __LINE__ + 1;
+  log::trace(log::kEnv, "traced {}", 3);
+}
+
 }  // namespace
 
 TEST_CASE("WARN lines come after an empty line, with a timestamp by default; INFO lines without", "[core][log]") {
@@ -93,9 +108,24 @@ TEST_CASE("WARN lines come after an empty line, with a timestamp by default; INF
     log::info(log::kEnv, "second {}", 2);
   });
   INFO(text);
-  const std::regex want(R"(^\n\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] [^ ]+:\d+:\d+ \[-?\d+\] NCCL WARN first 1\n)"
-                        R"([^ \[]+:\d+:\d+ \[-?\d+\] NCCL INFO second 2\n$)");
+  // The device is the thread's CUDA device, 0 for this one (it set none) as in NCCL; the WARN line
+  // names its source line and function.
+  const std::regex want(R"(^\n\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] [^ ]+:\d+:\d+ \[0\] core/test_log\.cc:\d+ \(\w+\) )"
+                        R"(NCCL WARN first 1\n[^ \[]+:\d+:\d+ \[0\] NCCL INFO second 2\n$)");
   CHECK(std::regex_match(text, want));
+}
+
+TEST_CASE("WARN and TRACE lines name the source line and function, as NCCL's do", "[core][log]") {
+  const std::string text = logged("TRACE", "", nullptr, nullptr, [] {
+    (void)refuse_for_the_log();
+    trace_for_the_log();
+  });
+  INFO(text);
+  const std::string warn_at = "[0] core/test_log.cc:" + std::to_string(g_fail_line) + " (refuse_for_the_log) NCCL WARN refused here\n";
+  CHECK(text.find(warn_at) != std::string::npos);
+  CHECK(last_error() == "refused here");
+  const std::regex trace_at(R"(\[0\] \d+\.\d{6} trace_for_the_log:)" + std::to_string(g_trace_line) + R"( NCCL TRACE traced 3\n)");
+  CHECK(std::regex_search(text, trace_at));
 }
 
 TEST_CASE("a VERSION line is its message alone", "[core][log]") {

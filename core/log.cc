@@ -112,7 +112,8 @@ std::string_view source_file(const std::source_location& where) {
 }
 
 // A function's bare name, as __func__ gives it, from the compiler's full signature
-// ("purlin::Status purlin::snac::Communicator::start(int)" -> "start").
+// ("purlin::Status purlin::snac::Communicator::start(int)" -> "start"). The exported functions are
+// defined as pncclX, which ncclX aliases; their lines name ncclX, as NCCL's do.
 std::string_view function_of(const std::source_location& where) {
   std::string_view s = where.function_name();
   s = s.substr(0, s.find('('));
@@ -120,8 +121,12 @@ std::string_view function_of(const std::source_location& where) {
   for (std::size_t i = s.size(); i-- > 0;) {
     if (s[i] == '>') ++depth;
     else if (s[i] == '<') --depth;
-    else if (depth == 0 && (s[i] == ' ' || s[i] == ':')) return s.substr(i + 1);
+    else if (depth == 0 && (s[i] == ' ' || s[i] == ':')) {
+      s = s.substr(i + 1);
+      break;
+    }
   }
+  if (s.starts_with("pnccl")) s.remove_prefix(1);
   return s;
 }
 

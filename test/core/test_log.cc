@@ -95,6 +95,13 @@ Status refuse_for_the_log() {
   return fail(Status::invalid_argument, "refused here");
 }
 
+// As the exported functions are defined (pncclX, aliased by ncclX): its lines name ncclTestRefusal.
+unsigned g_exported_line = 0;
+Status pncclTestRefusal() {
+  g_exported_line = __LINE__ + 1;
+  return fail(Status::invalid_usage, "refused by an exported function");
+}
+
 void trace_for_the_log() {
   g_trace_line = __LINE__ + 1;
   log::trace(log::kEnv, "traced {}", 3);
@@ -118,12 +125,14 @@ TEST_CASE("WARN lines come after an empty line, with a timestamp by default; INF
 TEST_CASE("WARN and TRACE lines name the source line and function, as NCCL's do", "[core][log]") {
   const std::string text = logged("TRACE", "", nullptr, nullptr, [] {
     (void)refuse_for_the_log();
+    (void)pncclTestRefusal();
     trace_for_the_log();
   });
   INFO(text);
   const std::string warn_at = "[0] core/test_log.cc:" + std::to_string(g_fail_line) + " (refuse_for_the_log) NCCL WARN refused here\n";
   CHECK(text.find(warn_at) != std::string::npos);
-  CHECK(last_error() == "refused here");
+  const std::string exported_at = "core/test_log.cc:" + std::to_string(g_exported_line) + " (ncclTestRefusal) NCCL WARN ";
+  CHECK(text.find(exported_at) != std::string::npos);
   const std::regex trace_at(R"(\[0\] \d+\.\d{6} trace_for_the_log:)" + std::to_string(g_trace_line) + R"( NCCL TRACE traced 3\n)");
   CHECK(std::regex_search(text, trace_at));
 }

@@ -99,6 +99,24 @@ std::uint64_t gpu_identity(int device) {
 #endif
 }
 
+std::int64_t gpu_bus_id(int device) {
+#if defined(PURLIN_HAVE_CUDA)
+  if (device < 0) return 0;
+  std::int64_t id = 0;
+  int digits = 0;
+  for (const char c : pci_bus_id(device)) {
+    if (c == ':' || c == '.') continue;
+    if (!std::isxdigit(static_cast<unsigned char>(c)) || digits == 15) break;
+    id = id * 16 + (std::isdigit(static_cast<unsigned char>(c)) ? c - '0' : std::tolower(static_cast<unsigned char>(c)) - 'a' + 10);
+    ++digits;
+  }
+  return id;
+#else
+  (void)device;
+  return 0;
+#endif
+}
+
 int gpu_nvml_index(int device) {
 #if defined(PURLIN_HAVE_CUDA)
   const auto lower = [](std::string s) {

@@ -19,6 +19,9 @@ int cuda_current_device();
 bool cuda_set_current_device(int device);
 // A 64-bit identity of a device, equal across processes (hash of its PCI bus id); 0 for none.
 std::uint64_t gpu_identity(int device);
+// The device's PCI bus id as the number NCCL's log lines show ("0000:1b:00.0" -> 0x1b000: its hex
+// digits read as one number); 0 for none.
+std::int64_t gpu_bus_id(int device);
 // The device's index as NVML numbers GPUs (every GPU of the machine in PCI bus order, whatever
 // CUDA_VISIBLE_DEVICES hides); -1 for none.
 int gpu_nvml_index(int device);

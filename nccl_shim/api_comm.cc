@@ -112,7 +112,31 @@ ncclResult_t choose_device(const char* fn, int* device) {
   return ncclSuccess;
 }
 
-ncclResult_t init_work(ncclComm* comm, const purlin::UniqueId& id, int rank, int nranks) {
+// NCCL's INFO lines of a communicator's life, which its users look for in logs ("Init COMPLETE"),
+// with NCCL's fields: the comm's device as CUDA, NVML and PCI number it (-1, -1, 0 on the host
+// datapath).
+std::string device_fields(int device, bool nvml) {
+  std::string out = fmt::format("cudaDev {}", device);
+  if (nvml) out += fmt::format(" nvmlDev {}", gpu_nvml_index(device));
+  return out + fmt::format(" busId {:x}", gpu_bus_id(device));
+}
+
+// The commId of those lines: equal on every rank of the communicator. A hash of the root's
+// address alone: the id's secret stays out of logs.
+std::uint64_t id_hash(const purlin::UniqueId& id) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+  const std::size_t n = std::min<std::size_t>(id.addr_len, sizeof(id.addr));
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ id.addr[i]) * 1099511628211ull;
+  return h;
+}
+
+ncclResult_t init_work(const char* fn, ncclComm* comm, const purlin::UniqueId& id, int rank, int nranks) {
+  const bool logged = log::enabled(log::Level::info, log::kInit);
+  const std::string fields =
+      logged ? fmt::format("comm {} rank {} nranks {} {} commId {:#x}", static_cast<void*>(comm), rank, nranks,
+                           device_fields(comm->device, true), id_hash(id))
+             : "";
+  if (logged) log::info(log::kInit, "[Rank {}] {} {} - Init START", rank, fn, fields);
   snac::Communicator::Options opt;
   opt.device = comm->device;
   Status s = snac::Communicator::create(id, rank, nranks, opt, &comm->abort_flag, &comm->impl);
@@ -120,6 +144,7 @@ ncclResult_t init_work(ncclComm* comm, const purlin::UniqueId& id, int rank, int
   if (s != Status::ok) return propagate(comm, s);
   comm->impl_ready.store(true, std::memory_order_release);  // impl and fallback are set
   if (comm->revoked.load()) comm->impl->revoke();  // revoked while it was being created
+  if (logged) log::info(log::kInit, "{} {} - Init COMPLETE", fn, fields);
   return ncclSuccess;
 }
 
@@ -156,7 +181,7 @@ ncclResult_t start_comm(const char* fn, ncclComm_t* out, int nranks, const purli
   comm->device = device;
   comm->blocking = settings.blocking;
   register_comm(comm);
-  auto work = [comm, id, rank, nranks] { return init_work(comm, id, rank, nranks); };
+  auto work = [fn, comm, id, rank, nranks] { return init_work(fn, comm, id, rank, nranks); };
   if (comm->blocking && group_depth() > 0) {
     // As NCCL: inside a group the rendezvous runs at the outermost ncclGroupEnd, so that one thread
     // may create the communicators of several ranks; until then the comm answers in progress.
@@ -199,6 +224,15 @@ ncclResult_t check_id(const char* fn, const purlin::UniqueId& id) {
 // Frees everything of a comm. With `abort` every wait of its calls ends first; without, the calls
 // in flight are waited for.
 ncclResult_t teardown(ncclComm* comm, bool abort) {
+  const bool logged = log::enabled(log::Level::info, log::kDestroy);
+  // As NCCL's lines, "nRanks" at abort's start and "nranks" at the end.
+  if (logged && abort)
+    log::info(log::kDestroy, "comm {} rank {} nRanks {} {} - Abort START", static_cast<void*>(comm), comm->rank,
+              comm->nranks, device_fields(comm->device, false));
+  const std::string done = logged ? fmt::format("comm {} rank {} nranks {} {} - {} COMPLETE", static_cast<void*>(comm),
+                                                comm->rank, comm->nranks, device_fields(comm->device, false),
+                                                abort ? "Abort" : "Destroy")
+                                  : "";
   unregister_comm(comm);  // no new use is taken from here on
   if (abort) {
     comm->abort_flag.store(true);
@@ -218,6 +252,7 @@ ncclResult_t teardown(ncclComm* comm, bool abort) {
   }
   for (auto* r : comm->registrations) delete r;
   delete comm;
+  if (logged) log::info(log::kDestroy, "{}", done);
   return ncclSuccess;
 }
 
@@ -228,7 +263,7 @@ using MakeChild = std::function<Status(const snac::Communicator::Options&, std::
 // `joins` false). Blocking: now. Non-blocking: the child is returned at once in ncclInProgress and
 // both it and the parent settle when the work, run on the parent's background thread, ends.
 ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* config, bool joins, ncclComm_t* newcomm,
-                       MakeChild make) {
+                       std::string how, MakeChild make) {
   // As NCCL: without a config the child inherits the parent's mode; a config's unset fields take
   // the defaults (blocking), not the parent's.
   Settings settings;
@@ -248,7 +283,8 @@ ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* con
   }
   // The parent's serial: work deferred to a group's end must not take a later communicator at
   // the same address for it.
-  auto work = [fn, parent, serial = parent->serial, child, opt, make = std::move(make)]() -> ncclResult_t {
+  auto work = [fn, parent, serial = parent->serial, child, opt, how = std::move(how),
+               make = std::move(make)]() -> ncclResult_t {
     InUse use(parent, serial);
     if (!use) {
       if (child) child->async_error.store(ncclInvalidArgument, std::memory_order_release);
@@ -267,6 +303,10 @@ ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* con
         s = Fallback::attach(child, &child->fallback);
         if (s == Status::ok) child->impl_ready.store(true, std::memory_order_release);
         else r = propagate(parent, s);
+        if (r == ncclSuccess && log::enabled(log::Level::info, log::kInit))
+          log::info(log::kInit, "{} comm {} rank {} nranks {} {} parent {}{} - Init COMPLETE", fn,
+                    static_cast<void*>(child), child->rank, child->nranks, device_fields(child->device, true),
+                    static_cast<void*>(parent), how);
       }
       if (r != ncclSuccess) propagate(child, s);
       child->async_error.store(r, std::memory_order_release);  // the last touch of the child here
@@ -313,6 +353,18 @@ ncclResult_t ensure_ready(const char* fn, ncclComm* comm) {
   return ncclSuccess;
 }
 
+// ncclCommInitRankConfig under the name of the function called (fn), which its lines give.
+ncclResult_t init_rank(const char* fn, ncclComm_t* comm, int nranks, const ncclUniqueId& commId, int rank,
+                       const ncclConfig_t* config) {
+  if (ncclResult_t r = check_init_args(fn, comm, nranks, rank, &commId); r != ncclSuccess) return r;
+  Settings settings;
+  if (ncclResult_t r = read_config(fn, config, &settings); r != ncclSuccess) return r;
+  purlin::UniqueId id;
+  std::memcpy(&id, &commId, sizeof(id));
+  if (ncclResult_t r = check_id(fn, id); r != ncclSuccess) return r;
+  return start_comm(fn, comm, nranks, id, rank, settings);
+}
+
 }  // namespace
 
 }  // namespace purlin::shim
@@ -339,18 +391,11 @@ NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
 
 NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
          ncclConfig_t* config) {
-  const char* fn = "ncclCommInitRankConfig";
-  if (ncclResult_t r = check_init_args(fn, comm, nranks, rank, &commId); r != ncclSuccess) return r;
-  Settings settings;
-  if (ncclResult_t r = read_config(fn, config, &settings); r != ncclSuccess) return r;
-  purlin::UniqueId id;
-  std::memcpy(&id, &commId, sizeof(id));
-  if (ncclResult_t r = check_id(fn, id); r != ncclSuccess) return r;
-  return start_comm(fn, comm, nranks, id, rank, settings);
+  return init_rank("ncclCommInitRankConfig", comm, nranks, commId, rank, config);
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
-  return pncclCommInitRankConfig(comm, nranks, commId, rank, nullptr);
+  return init_rank("ncclCommInitRank", comm, nranks, commId, rank, nullptr);
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank, int nId,
@@ -360,7 +405,7 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks
   if (nId < 1 || nId > nranks)
     return fail(nullptr, ncclInvalidArgument, fmt::format("{}: invalid nId {} (nranks {})", fn, nId, nranks));
   // Every rank holds all nId ids; the first one's root serves the rendezvous of all ranks.
-  return pncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
+  return init_rank(fn, newcomm, nranks, commIds[0], myrank, config);
 }
 
 NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* devlist) {
@@ -392,7 +437,7 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* 
           return;
         }
       }
-      results[i] = pncclCommInitRank(&comms[i], ndev, id, i);
+      results[i] = init_rank("ncclCommInitAll", &comms[i], ndev, id, i, nullptr);
       if (results[i] != ncclSuccess && results[i] != ncclInProgress) why[i] = last_error();
     });
   for (auto& t : threads) t.join();
@@ -419,7 +464,7 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
   *newcomm = nullptr;
   // As NCCL: only NCCL_SPLIT_NOCOLOR joins no child; other negative colours name groups too.
   static_assert(NCCL_SPLIT_NOCOLOR == snac::Communicator::kNoColor);
-  return new_child(fn, comm, config, color != NCCL_SPLIT_NOCOLOR, newcomm,
+  return new_child(fn, comm, config, color != NCCL_SPLIT_NOCOLOR, newcomm, fmt::format(" color {} key {}", color, key),
                    [comm, color, key](const snac::Communicator::Options& o, std::atomic<bool>* abort, auto* out) {
                      return comm->impl->split(color, key, o, abort, out);
                    });
@@ -451,7 +496,7 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
   }
   // Stops the parent's collectives in flight; the bootstrap goes on serving the shrink.
   if (shrinkFlags == NCCL_SHRINK_ABORT) comm->impl->revoke();
-  return new_child(fn, comm, config, true, newcomm,
+  return new_child(fn, comm, config, true, newcomm, "",
                    [comm, excluded](const snac::Communicator::Options& o, std::atomic<bool>* abort, auto* out) {
                      return comm->impl->shrink(excluded, o, abort, out);
                    });

@@ -1,7 +1,9 @@
 // NCCL 2.29 and 2.30's additions to the API (nccl_shim/nccl_next.h): every name NCCL 2.30.7 exports
 // is exported, and each answers as NCCL does, or refuses with NCCL's code, a WARN line and a last
 // error that says so. The library reads its environment once per process, so each setting runs in a
-// child of its own, on a one-rank communicator (the host datapath without a GPU).
+// child of its own, on a one-rank communicator (the host datapath without a GPU). Through
+// ncclResetDebugInit it also checks NCCL's INFO lines of a communicator's life (Init START and
+// COMPLETE, split, Destroy and Abort).
 //
 //   test_nccl_next
 #include <dlfcn.h>
@@ -212,6 +214,50 @@ void communicator_calls(ncclComm_t comm, const std::string& log_file) {
         "ncclResetDebugInit: the WARN line did not reach NCCL_DEBUG_FILE (" + log_file + "): \"" + text.str() + "\"");
 }
 
+// NCCL's INFO lines of a communicator's life, which its users look for in logs: init, split,
+// destroy and abort, each with the comm's address, rank, size and device.
+void lifecycle_lines(const std::string& log_file) {
+  ::setenv("NCCL_DEBUG", "INFO", 1);
+  ::setenv("NCCL_DEBUG_SUBSYS", "INIT,DESTROY", 1);
+  ::setenv("NCCL_DEBUG_FILE", log_file.c_str(), 1);
+  ncclResetDebugInit();
+  ncclUniqueId id;
+  ncclComm_t comm = nullptr, child = nullptr;
+  int device = -2;
+  const bool made = ncclGetUniqueId(&id) == ncclSuccess && ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess &&
+                    ncclCommSplit(comm, 3, 5, &child, nullptr) == ncclSuccess &&
+                    ncclCommCuDevice(comm, &device) == ncclSuccess;
+  check(made, std::string("lifecycle lines: a communicator and its split: ") + ncclGetLastError(nullptr));
+  if (!made) return;
+  check(ncclCommDestroy(child) == ncclSuccess && ncclCommAbort(comm) == ncclSuccess, "lifecycle lines: destroy, abort");
+  for (const char* var : {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"}) ::unsetenv(var);
+  ncclResetDebugInit();
+  std::ifstream f(log_file);
+  std::stringstream text;
+  text << f.rdbuf();
+  auto pointer = [](const void* p) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%p", p);
+    return std::string(b);
+  };
+  const std::string c = pointer(comm), k = pointer(child), dev = std::to_string(device);
+  for (const std::string& want :
+       {"NCCL INFO [Rank 0] ncclCommInitRank comm " + c + " rank 0 nranks 1 cudaDev " + dev + " nvmlDev ",
+        "NCCL INFO ncclCommInitRank comm " + c + " rank 0 nranks 1 cudaDev " + dev + " nvmlDev ",
+        "NCCL INFO ncclCommSplit comm " + k + " rank 0 nranks 1 cudaDev " + dev + " nvmlDev ",
+        " parent " + c + " color 3 key 5 - Init COMPLETE\n",
+        "NCCL INFO comm " + k + " rank 0 nranks 1 cudaDev " + dev + " busId ",
+        " - Destroy COMPLETE\n",
+        "NCCL INFO comm " + c + " rank 0 nRanks 1 cudaDev " + dev + " busId ",
+        " - Abort START\n",
+        " - Abort COMPLETE\n"})
+    check(text.str().find(want) != std::string::npos, "lifecycle lines: no \"" + want + "\" in \"" + text.str() + "\"");
+  const std::size_t start = text.str().find(" - Init START"), complete = text.str().find(" - Init COMPLETE");
+  check(start != std::string::npos && complete != std::string::npos && start < complete &&
+            text.str().find("commId 0x") < start,
+        "lifecycle lines: Init START, then COMPLETE, with a commId");
+}
+
 // The state of a non-blocking communicator once its work has settled (ncclInProgress no more).
 ncclResult_t settled(ncclComm_t comm) {
   ncclResult_t state = ncclInProgress;
@@ -396,6 +442,7 @@ void parameters(bool dump_all) {
     const int fd = ::mkstemp(file);
     if (fd >= 0) ::close(fd);
     communicator_calls(comm, file);
+    lifecycle_lines(file);
     ::unlink(file);
     non_blocking_suspend();
   } else {

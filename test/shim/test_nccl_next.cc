@@ -241,16 +241,17 @@ void lifecycle_lines(const std::string& log_file) {
     return std::string(b);
   };
   const std::string c = pointer(comm), k = pointer(child), dev = std::to_string(device);
-  for (const std::string& want :
-       {"NCCL INFO [Rank 0] ncclCommInitRank comm " + c + " rank 0 nranks 1 cudaDev " + dev + " nvmlDev ",
-        "NCCL INFO ncclCommInitRank comm " + c + " rank 0 nranks 1 cudaDev " + dev + " nvmlDev ",
-        "NCCL INFO ncclCommSplit comm " + k + " rank 0 nranks 1 cudaDev " + dev + " nvmlDev ",
-        " parent " + c + " color 3 key 5 - Init COMPLETE\n",
-        "NCCL INFO comm " + k + " rank 0 nranks 1 cudaDev " + dev + " busId ",
-        " - Destroy COMPLETE\n",
-        "NCCL INFO comm " + c + " rank 0 nRanks 1 cudaDev " + dev + " busId ",
-        " - Abort START\n",
-        " - Abort COMPLETE\n"})
+  const std::string wants[] = {
+      "NCCL INFO [Rank 0] ncclCommInitRank comm " + c + " rank 0 nranks 1 cudaDev " + dev + " nvmlDev ",
+      "NCCL INFO ncclCommInitRank comm " + c + " rank 0 nranks 1 cudaDev " + dev + " nvmlDev ",
+      "NCCL INFO ncclCommSplit comm " + k + " rank 0 nranks 1 cudaDev " + dev + " nvmlDev ",
+      " parent " + c + " color 3 key 5 - Init COMPLETE\n",
+      "NCCL INFO comm " + k + " rank 0 nranks 1 cudaDev " + dev + " busId ",
+      " - Destroy COMPLETE\n",
+      "NCCL INFO comm " + c + " rank 0 nRanks 1 cudaDev " + dev + " busId ",
+      " - Abort START\n",
+      " - Abort COMPLETE\n"};
+  for (const std::string& want : wants)
     check(text.str().find(want) != std::string::npos, "lifecycle lines: no \"" + want + "\" in \"" + text.str() + "\"");
   const std::size_t start = text.str().find(" - Init START"), complete = text.str().find(" - Init COMPLETE");
   check(start != std::string::npos && complete != std::string::npos && start < complete &&

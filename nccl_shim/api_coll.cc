@@ -57,7 +57,7 @@ NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size
          ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   DataType t;
   ReduceOp r;
-  CollCheck c{"ncclAllReduce", comm, sendbuff, recvbuff, count, datatype};
+  CollCheck c{"ncclAllReduce", comm, sendbuff, recvbuff, count, datatype, stream};
   c.reduces = true;
   c.op = op;
   if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
@@ -75,7 +75,7 @@ ncclResult_t broadcast(const char* fn, const void* sendbuff, void* recvbuff, siz
                        int root, ncclComm_t comm, cudaStream_t stream) {
   DataType t;
   ReduceOp r;
-  CollCheck c{fn, comm, sendbuff, recvbuff, count, datatype};
+  CollCheck c{fn, comm, sendbuff, recvbuff, count, datatype, stream};
   c.rooted = true;
   c.root = root;
   c.send_needed = comm && is_live(comm) && comm->rank == root;
@@ -105,7 +105,7 @@ NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t 
          ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
   DataType t;
   ReduceOp r;
-  CollCheck c{"ncclReduce", comm, sendbuff, recvbuff, count, datatype};
+  CollCheck c{"ncclReduce", comm, sendbuff, recvbuff, count, datatype, stream};
   c.reduces = true;
   c.op = op;
   c.rooted = true;
@@ -125,7 +125,7 @@ NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size
          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   DataType t;
   ReduceOp r;
-  CollCheck c{"ncclAllGather", comm, sendbuff, recvbuff, sendcount, datatype};
+  CollCheck c{"ncclAllGather", comm, sendbuff, recvbuff, sendcount, datatype, stream};
   c.recv_factor = comm && is_live(comm) ? comm->nranks : 1;
   if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
   if (sendcount == 0) return ncclSuccess;
@@ -140,7 +140,7 @@ NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, 
          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   DataType t;
   ReduceOp r;
-  CollCheck c{"ncclReduceScatter", comm, sendbuff, recvbuff, recvcount, datatype};
+  CollCheck c{"ncclReduceScatter", comm, sendbuff, recvbuff, recvcount, datatype, stream};
   c.reduces = true;
   c.op = op;
   c.send_factor = comm && is_live(comm) ? comm->nranks : 1;
@@ -157,7 +157,7 @@ NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_
          ncclComm_t comm, cudaStream_t stream) {
   DataType t;
   ReduceOp r;
-  CollCheck c{"ncclAlltoAll", comm, sendbuff, recvbuff, count, datatype};
+  CollCheck c{"ncclAlltoAll", comm, sendbuff, recvbuff, count, datatype, stream};
   c.send_factor = c.recv_factor = comm && is_live(comm) ? comm->nranks : 1;
   if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
   if (count == 0) return ncclSuccess;
@@ -177,7 +177,7 @@ NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t 
          int root, ncclComm_t comm, cudaStream_t stream) {
   DataType t;
   ReduceOp r;
-  CollCheck c{"ncclGather", comm, sendbuff, recvbuff, count, datatype};
+  CollCheck c{"ncclGather", comm, sendbuff, recvbuff, count, datatype, stream};
   c.rooted = true;
   c.root = root;
   c.recv_needed = comm && is_live(comm) && comm->rank == root;
@@ -195,7 +195,7 @@ NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t
          int root, ncclComm_t comm, cudaStream_t stream) {
   DataType t;
   ReduceOp r;
-  CollCheck c{"ncclScatter", comm, sendbuff, recvbuff, count, datatype};
+  CollCheck c{"ncclScatter", comm, sendbuff, recvbuff, count, datatype, stream};
   c.rooted = true;
   c.root = root;
   c.send_needed = comm && is_live(comm) && comm->rank == root;
@@ -214,7 +214,7 @@ NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataTyp
          ncclComm_t comm, cudaStream_t stream) {
   DataType t;
   ReduceOp r;
-  CollCheck c{"ncclSend", comm, sendbuff, nullptr, count, datatype};
+  CollCheck c{"ncclSend", comm, sendbuff, nullptr, count, datatype, stream};
   c.rooted = c.p2p = true;
   c.root = peer;
   c.recv_needed = false;
@@ -227,7 +227,7 @@ NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t da
          cudaStream_t stream) {
   DataType t;
   ReduceOp r;
-  CollCheck c{"ncclRecv", comm, nullptr, recvbuff, count, datatype};
+  CollCheck c{"ncclRecv", comm, nullptr, recvbuff, count, datatype, stream};
   c.rooted = c.p2p = true;
   c.root = peer;
   c.send_needed = false;

@@ -25,7 +25,7 @@ NCCL_API(ncclResult_t, ncclPurlinAllGatherV, const void* sendbuff, size_t sendco
          const size_t* recvcounts, const size_t* displs, ncclDataType_t datatype, ncclComm_t comm,
          cudaStream_t stream) {
   DataType t;
-  CollCheck c{"ncclPurlinAllGatherV", comm, sendbuff, recvbuff, sendcount, datatype};
+  CollCheck c{"ncclPurlinAllGatherV", comm, sendbuff, recvbuff, sendcount, datatype, stream};
   c.recv_needed = false;
   if (ncclResult_t e = check_all_gather_v(c, recvcounts, displs, &t); e != ncclSuccess) return e;
   const std::size_t es = size_of(t);
@@ -42,7 +42,7 @@ NCCL_API(ncclResult_t, ncclPurlinReduceScatterV, const void* sendbuff, const siz
          cudaStream_t stream) {
   DataType t;
   ReduceOp r;
-  CollCheck c{"ncclPurlinReduceScatterV", comm, sendbuff, recvbuff, 0, datatype};
+  CollCheck c{"ncclPurlinReduceScatterV", comm, sendbuff, recvbuff, 0, datatype, stream};
   c.reduces = true;
   c.op = op;
   if (ncclResult_t e = check_reduce_scatter_v(c, recvcounts, senddispls, &t, &r); e != ncclSuccess) return e;
@@ -60,7 +60,7 @@ NCCL_API(ncclResult_t, ncclPurlinAlltoAllV, const void* sendbuff, const size_t* 
          void* recvbuff, const size_t* recvcounts, const size_t* rdispls, ncclDataType_t datatype, ncclComm_t comm,
          cudaStream_t stream) {
   DataType t;
-  CollCheck c{"ncclPurlinAlltoAllV", comm, sendbuff, recvbuff, 0, datatype};
+  CollCheck c{"ncclPurlinAlltoAllV", comm, sendbuff, recvbuff, 0, datatype, stream};
   if (ncclResult_t e = check_all_to_all_v(c, sendcounts, sdispls, recvcounts, rdispls, &t); e != ncclSuccess) return e;
   const std::size_t es = size_of(t);
   snac::Op o;

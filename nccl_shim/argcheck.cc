@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 
@@ -10,6 +12,7 @@
 
 #include "core/config.h"
 #include "core/cuda_probe.h"
+#include "core/log.h"
 #include "nccl_shim/comm_work.h"
 #include "nccl_shim/group.h"
 
@@ -188,28 +191,51 @@ ncclResult_t check_caller(const CollCheck& c) {
   return ncclSuccess;
 }
 
+// A pointer as NCCL's lines print one (printf's %p: "(nil)" for NULL).
+std::string pointer_text(const void* p) { return p ? fmt::format("{}", p) : "(nil)"; }
+
+// NCCL's INFO (COLL) line of a call that passed its checks, which users compare across ranks to
+// find where the ranks' calls part: the call's name as NCCL's ("AllReduce"), the comm's count of
+// such calls (opCount), the arguments and the stream. A Send or Recv shows its buffer as recvbuff,
+// as NCCL's do.
+ncclResult_t passed(const CollCheck& c, ncclResult_t r) {
+  r = refuse(c.comm, r);
+  if (r != ncclSuccess) return r;
+  const std::uint64_t count = c.comm->calls.fetch_add(1, std::memory_order_relaxed);
+  if (!log::enabled(log::Level::info, log::kColl)) return r;
+  std::string_view name = c.fn;
+  if (name == "ncclBcast") name = "ncclBroadcast";
+  if (name.starts_with("nccl")) name.remove_prefix(4);
+  const void* send = c.p2p ? nullptr : c.send;
+  const void* recv = c.p2p ? (c.send ? c.send : c.recv) : c.recv;
+  log::info(log::kColl, "{}: opCount {:x} sendbuff {} recvbuff {} count {} datatype {} op {} root {} comm {} [nranks={}] stream {}",
+            name, count, pointer_text(send), pointer_text(recv), c.count, static_cast<int>(c.type),
+            static_cast<int>(c.op), c.root, pointer_text(c.comm), c.comm->nranks, pointer_text(c.stream));
+  return r;
+}
+
 }  // namespace
 
 ncclResult_t check_coll(const CollCheck& c, DataType* type, ReduceOp* op) {
   if (ncclResult_t r = check_caller(c); r != ncclSuccess) return group_failed(r);
-  return refuse(c.comm, check_coll_args(c, type, op));
+  return passed(c, check_coll_args(c, type, op));
 }
 
 ncclResult_t check_all_gather_v(const CollCheck& c, const size_t* recvcounts, const size_t* displs, DataType* type) {
   if (ncclResult_t r = check_caller(c); r != ncclSuccess) return group_failed(r);
-  return refuse(c.comm, all_gather_v_args(c, recvcounts, displs, type));
+  return passed(c, all_gather_v_args(c, recvcounts, displs, type));
 }
 
 ncclResult_t check_reduce_scatter_v(const CollCheck& c, const size_t* recvcounts, const size_t* senddispls,
                                     DataType* type, ReduceOp* op) {
   if (ncclResult_t r = check_caller(c); r != ncclSuccess) return group_failed(r);
-  return refuse(c.comm, reduce_scatter_v_args(c, recvcounts, senddispls, type, op));
+  return passed(c, reduce_scatter_v_args(c, recvcounts, senddispls, type, op));
 }
 
 ncclResult_t check_all_to_all_v(const CollCheck& c, const size_t* sendcounts, const size_t* sdispls,
                                 const size_t* recvcounts, const size_t* rdispls, DataType* type) {
   if (ncclResult_t r = check_caller(c); r != ncclSuccess) return group_failed(r);
-  return refuse(c.comm, all_to_all_v_args(c, sendcounts, sdispls, recvcounts, rdispls, type));
+  return passed(c, all_to_all_v_args(c, sendcounts, sdispls, recvcounts, rdispls, type));
 }
 
 }  // namespace purlin::shim

@@ -19,6 +19,7 @@ struct CollCheck {
   const void* recv;
   std::size_t count;
   ncclDataType_t type;
+  cudaStream_t stream = nullptr;  // for the INFO (COLL) line
   bool reduces = false;        // takes an op
   ncclRedOp_t op = ncclSum;
   bool rooted = false;         // takes a root

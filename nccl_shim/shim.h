@@ -44,6 +44,7 @@ struct ncclComm {
   std::atomic<bool> finalized{false};
   std::atomic<bool> abort_flag{false};
   std::atomic<int> users{0};  // calls running on impl, in any thread; teardown waits for them
+  std::atomic<std::uint64_t> calls{0};  // calls that passed their checks: the opCount of INFO (COLL) lines
   std::thread background;     // the work of non-blocking calls (init included), one at a time
   mutable std::mutex mutex;   // last_error, failure and redops
   std::string last_error;

@@ -215,10 +215,11 @@ void communicator_calls(ncclComm_t comm, const std::string& log_file) {
 }
 
 // NCCL's INFO lines of a communicator's life, which its users look for in logs: init, split,
-// destroy and abort, each with the comm's address, rank, size and device.
+// destroy and abort, each with the comm's address, rank, size and device; and the line of each call
+// (COLL), with the comm's count of calls (opCount). The calls have count 0: no buffer is touched.
 void lifecycle_lines(const std::string& log_file) {
   ::setenv("NCCL_DEBUG", "INFO", 1);
-  ::setenv("NCCL_DEBUG_SUBSYS", "INIT,DESTROY", 1);
+  ::setenv("NCCL_DEBUG_SUBSYS", "INIT,DESTROY,COLL", 1);
   ::setenv("NCCL_DEBUG_FILE", log_file.c_str(), 1);
   ncclResetDebugInit();
   ncclUniqueId id;
@@ -229,6 +230,15 @@ void lifecycle_lines(const std::string& log_file) {
                     ncclCommCuDevice(comm, &device) == ncclSuccess;
   check(made, std::string("lifecycle lines: a communicator and its split: ") + ncclGetLastError(nullptr));
   if (!made) return;
+  static char buffer[8];
+  cudaStream_t stream = reinterpret_cast<cudaStream_t>(buffer + 1);  // only printed: the calls have count 0
+  check(ncclAllReduce(buffer, buffer + 4, 0, ncclFloat32, ncclMax, comm, nullptr) == ncclSuccess &&
+            ncclBcast(nullptr, 0, ncclInt8, 0, comm, stream) == ncclSuccess &&
+            ncclSend(buffer, 0, ncclUint64, 0, comm, nullptr) == ncclSuccess,
+        std::string("lifecycle lines: calls of count 0: ") + ncclGetLastError(nullptr));
+  check(ncclAllReduce(nullptr, nullptr, 0, static_cast<ncclDataType_t>(99), ncclSum, comm, nullptr) ==
+            ncclInvalidArgument,
+        "lifecycle lines: a call with a bad data type is refused");
   check(ncclCommDestroy(child) == ncclSuccess && ncclCommAbort(comm) == ncclSuccess, "lifecycle lines: destroy, abort");
   for (const char* var : {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"}) ::unsetenv(var);
   ncclResetDebugInit();
@@ -241,7 +251,14 @@ void lifecycle_lines(const std::string& log_file) {
     return std::string(b);
   };
   const std::string c = pointer(comm), k = pointer(child), dev = std::to_string(device);
+  const std::string b = pointer(buffer), b4 = pointer(buffer + 4), st = pointer(buffer + 1);
   const std::string wants[] = {
+      "NCCL INFO AllReduce: opCount 0 sendbuff " + b + " recvbuff " + b4 + " count 0 datatype 7 op 2 root 0 comm " + c +
+          " [nranks=1] stream (nil)\n",
+      "NCCL INFO Broadcast: opCount 1 sendbuff (nil) recvbuff (nil) count 0 datatype 0 op 0 root 0 comm " + c +
+          " [nranks=1] stream " + st + "\n",
+      "NCCL INFO Send: opCount 2 sendbuff (nil) recvbuff " + b + " count 0 datatype 5 op 0 root 0 comm " + c +
+          " [nranks=1] stream (nil)\n",
       "NCCL INFO [Rank 0] ncclCommInitRank comm " + c + " rank 0 nranks 1 cudaDev " + dev + " nvmlDev ",
       "NCCL INFO ncclCommInitRank comm " + c + " rank 0 nranks 1 cudaDev " + dev + " nvmlDev ",
       "NCCL INFO ncclCommSplit comm " + k + " rank 0 nranks 1 cudaDev " + dev + " nvmlDev ",
@@ -253,6 +270,7 @@ void lifecycle_lines(const std::string& log_file) {
       " - Abort COMPLETE\n"};
   for (const std::string& want : wants)
     check(text.str().find(want) != std::string::npos, "lifecycle lines: no \"" + want + "\" in \"" + text.str() + "\"");
+  check(text.str().find("opCount 3") == std::string::npos, "lifecycle lines: a refused call was counted or logged");
   const std::size_t start = text.str().find(" - Init START"), complete = text.str().find(" - Init COMPLETE");
   check(start != std::string::npos && complete != std::string::npos && start < complete &&
             text.str().find("commId 0x") < start,

@@ -91,12 +91,14 @@ NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar, 
   return ncclSuccess;
 }
 
+// As NCCL: the operator is checked before the communicator.
 NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
   const char* fn = "ncclRedOpDestroy";
-  if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess) return r;
-  int o = static_cast<int>(op);
-  if (o < ncclNumOps)
+  const int o = static_cast<int>(op);
+  if (o >= 0 && o < ncclNumOps)
     return fail(comm, ncclInvalidArgument, fmt::format("{}: operator {} is built in, not user-created", fn, o));
+  if (o < 0) return fail(comm, ncclInvalidArgument, fmt::format("{}: operator {} is garbage", fn, o));
+  if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess) return r;
   {
     std::lock_guard<std::mutex> g(comm->mutex);
     if (ncclComm::RedOpSlot* slot = comm->redop(o)) {

@@ -119,7 +119,8 @@ bool cumem_alloc(std::size_t size, Allocation* out) {
 #endif
 
 NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
-  if (ptr == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
+  // As NCCL, whose cudaMalloc then fails: ncclUnhandledCudaError.
+  if (ptr == nullptr) return fail(nullptr, ncclUnhandledCudaError, "ncclMemAlloc: ptr is NULL");
   *ptr = nullptr;
   if (cuda_device_count() == 0)
     return fail(nullptr, ncclUnhandledCudaError, "ncclMemAlloc: no CUDA device is usable on this machine");
@@ -151,8 +152,9 @@ NCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
   {
     std::lock_guard<std::mutex> g(g_alloc_mutex);
     auto it = allocations().find(ptr);
+    // As NCCL, whose CUDA calls on such a pointer fail: ncclUnhandledCudaError.
     if (it == allocations().end())
-      return fail(nullptr, ncclInvalidArgument, fmt::format("ncclMemFree: {} was not allocated by ncclMemAlloc", ptr));
+      return fail(nullptr, ncclUnhandledCudaError, fmt::format("ncclMemFree: {} was not allocated by ncclMemAlloc", ptr));
     a = it->second;
     allocations().erase(it);
   }

@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
       {"nvlinkCentricSched 3", cfg([](ncclConfig_t& x) { x.nvlinkCentricSched = 3; })},
   };
 
-  const ncclResult_t A = ncclInvalidArgument, U = ncclInvalidUsage, OK = ncclSuccess;
+  const ncclResult_t A = ncclInvalidArgument, U = ncclInvalidUsage, C = ncclUnhandledCudaError, OK = ncclSuccess;
   std::vector<Case> cases = {
       {"ncclGetVersion", "version NULL", A, [] { return ncclGetVersion(nullptr); }, true},
       {"ncclGetUniqueId", "uniqueId NULL", A, [] { return ncclGetUniqueId(nullptr); }},
@@ -214,8 +214,9 @@ int main(int argc, char** argv) {
       {"ncclCommUserRank", "comm NULL", A, [&] { return ncclCommUserRank(nullptr, &iv); }},
       {"ncclCommUserRank", "a destroyed comm", A, [&] { return ncclCommUserRank(dead, &iv); }},
       {"ncclCommUserRank", "rank NULL", A, [&] { return ncclCommUserRank(comm, nullptr); }},
-      {"ncclMemAlloc", "ptr NULL", A, [] { return ncclMemAlloc(nullptr, 64); }},
-      {"ncclMemFree", "a pointer ncclMemAlloc did not return", A, [&] { return ncclMemFree(&bogus_handle); }},
+      // NCCL's code: its CUDA calls fail on these (cudaMalloc of NULL; no allocation at the pointer).
+      {"ncclMemAlloc", "ptr NULL", C, [] { return ncclMemAlloc(nullptr, 64); }},
+      {"ncclMemFree", "a pointer ncclMemAlloc did not return", C, [&] { return ncclMemFree(&bogus_handle); }},
       {"ncclCommRegister", "comm NULL", A, [&] { return ncclCommRegister(nullptr, r, 64, &handle); }},
       {"ncclCommRegister", "a destroyed comm", A, [&] { return ncclCommRegister(dead, r, 64, &handle); }},
       {"ncclCommRegister", "handle NULL", A, [&] { return ncclCommRegister(comm, r, 64, nullptr); }},

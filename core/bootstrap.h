@@ -37,6 +37,9 @@ enum class IdFor { caller, child };
 // caller's id holds that address instead and no service starts here: rank 0 starts it in
 // Bootstrap::create.
 Status make_unique_id(UniqueId* out, IdFor whose = IdFor::caller);
+// The id as logs name it (NCCL's commId): a hash of the root's address alone, the same on every
+// rank, so that the id's secret stays out of logs.
+std::uint64_t public_hash(const UniqueId& id);
 
 class Bootstrap {
  public:

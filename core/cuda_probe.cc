@@ -51,9 +51,9 @@ int cuda_device_count() {
       cudaGetLastError();
       return 0;
     }
+    if (n > 0) g_devices_found.store(true, std::memory_order_relaxed);
     return n;
   }();
-  if (count > 0 && !g_devices_found.load(std::memory_order_relaxed)) g_devices_found.store(true, std::memory_order_relaxed);
   return count;
 #else
   return 0;
@@ -102,15 +102,13 @@ std::uint64_t gpu_identity(int device) {
 std::int64_t gpu_bus_id(int device) {
 #if defined(PURLIN_HAVE_CUDA)
   if (device < 0) return 0;
-  std::int64_t id = 0;
-  int digits = 0;
+  std::string hex;
   for (const char c : pci_bus_id(device)) {
     if (c == ':' || c == '.') continue;
-    if (!std::isxdigit(static_cast<unsigned char>(c)) || digits == 15) break;
-    id = id * 16 + (std::isdigit(static_cast<unsigned char>(c)) ? c - '0' : std::tolower(static_cast<unsigned char>(c)) - 'a' + 10);
-    ++digits;
+    if (!std::isxdigit(static_cast<unsigned char>(c)) || hex.size() == 15) break;
+    hex += c;
   }
-  return id;
+  return hex.empty() ? 0 : std::stoll(hex, nullptr, 16);
 #else
   (void)device;
   return 0;

@@ -121,20 +121,11 @@ std::string device_fields(int device, bool nvml) {
   return out + fmt::format(" busId {:x}", gpu_bus_id(device));
 }
 
-// The commId of those lines: equal on every rank of the communicator. A hash of the root's
-// address alone: the id's secret stays out of logs.
-std::uint64_t id_hash(const purlin::UniqueId& id) {
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
-  const std::size_t n = std::min<std::size_t>(id.addr_len, sizeof(id.addr));
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ id.addr[i]) * 1099511628211ull;
-  return h;
-}
-
 ncclResult_t init_work(const char* fn, ncclComm* comm, const purlin::UniqueId& id, int rank, int nranks) {
   const bool logged = log::enabled(log::Level::info, log::kInit);
   const std::string fields =
       logged ? fmt::format("comm {} rank {} nranks {} {} commId {:#x}", static_cast<void*>(comm), rank, nranks,
-                           device_fields(comm->device, true), id_hash(id))
+                           device_fields(comm->device, true), public_hash(id))
              : "";
   if (logged) log::info(log::kInit, "[Rank {}] {} {} - Init START", rank, fn, fields);
   snac::Communicator::Options opt;
@@ -225,13 +216,13 @@ ncclResult_t check_id(const char* fn, const purlin::UniqueId& id) {
 // in flight are waited for.
 ncclResult_t teardown(ncclComm* comm, bool abort) {
   const bool logged = log::enabled(log::Level::info, log::kDestroy);
+  const std::string device = logged ? device_fields(comm->device, false) : "";
   // As NCCL's lines, "nRanks" at abort's start and "nranks" at the end.
   if (logged && abort)
     log::info(log::kDestroy, "comm {} rank {} nRanks {} {} - Abort START", static_cast<void*>(comm), comm->rank,
-              comm->nranks, device_fields(comm->device, false));
+              comm->nranks, device);
   const std::string done = logged ? fmt::format("comm {} rank {} nranks {} {} - {} COMPLETE", static_cast<void*>(comm),
-                                                comm->rank, comm->nranks, device_fields(comm->device, false),
-                                                abort ? "Abort" : "Destroy")
+                                                comm->rank, comm->nranks, device, abort ? "Abort" : "Destroy")
                                   : "";
   unregister_comm(comm);  // no new use is taken from here on
   if (abort) {

@@ -189,6 +189,11 @@ Status start_root(const Address& bind_addr, std::uint64_t secret, std::uint32_t 
 
 using namespace boot;
 
+std::uint64_t public_hash(const UniqueId& id) {
+  const std::size_t n = std::min<std::size_t>(id.addr_len, sizeof(id.addr));
+  return fnv1a(std::string(reinterpret_cast<const char*>(id.addr), n));
+}
+
 Status make_unique_id(UniqueId* out, IdFor whose) {
   if (!out) return fail(Status::invalid_argument, "make_unique_id: null output");
   UniqueId id{};

@@ -163,7 +163,6 @@ void announce_version(int rank) {
 // Allocates the comm, then joins the ranks now (blocking) or in the background (non-blocking).
 ncclResult_t start_comm(const char* fn, ncclComm_t* out, int nranks, const purlin::UniqueId& id, int rank,
                         const Settings& settings) {
-  announce_version(rank);
   int device = -1;
   if (ncclResult_t r = choose_device(fn, &device); r != ncclSuccess) return r;
   auto* comm = new ncclComm();
@@ -250,16 +249,29 @@ ncclResult_t teardown(ncclComm* comm, bool abort) {
 using MakeChild = std::function<Status(const snac::Communicator::Options&, std::atomic<bool>* abort,
                                        std::unique_ptr<snac::Communicator>*)>;
 
+// What the INIT lines say of a child: its colour and key (a shrink's are 0 and the parent's rank),
+// and for a split the parent's count of splits.
+struct Placement {
+  bool split = true;
+  int color = 0;
+  int key = 0;
+};
+
 // Split and shrink: `make` creates the child's Communicator (none for a rank that joins none,
 // `joins` false). Blocking: now. Non-blocking: the child is returned at once in ncclInProgress and
 // both it and the parent settle when the work, run on the parent's background thread, ends.
 ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* config, bool joins, ncclComm_t* newcomm,
-                       std::string how, MakeChild make) {
+                       Placement placement, MakeChild make) {
   // As NCCL: without a config the child inherits the parent's mode; a config's unset fields take
   // the defaults (blocking), not the parent's.
   Settings settings;
   settings.blocking = config == nullptr ? parent->blocking : true;
   if (ncclResult_t r = read_config(fn, config, &settings); r != ncclSuccess) return r;
+  // As NCCL: every split counts, a rank's that joins no child too; a shrink's does not.
+  const int child_count = placement.split ? ++parent->children : 0;
+  const std::string how =
+      fmt::format("parent {} childCount {} color {} key {}", static_cast<void*>(parent), child_count, placement.color,
+                  placement.key);
   snac::Communicator::Options opt;
   opt.device = parent->device;
   ncclComm* child = nullptr;
@@ -271,11 +283,16 @@ ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* con
     child->blocking = settings.blocking;
     child->async_error.store(ncclInProgress);
     register_comm(child);
+    if (log::enabled(log::Level::info, log::kInit))
+      opt.placed = [fn, child, how](int rank, int nranks) {
+        // NCCL's line, without a space before the dash.
+        log::info(log::kInit, "{} comm {} rank {} nranks {} {} {}- Init START", fn, static_cast<void*>(child), rank,
+                  nranks, device_fields(child->device, true), how);
+      };
   }
   // The parent's serial: work deferred to a group's end must not take a later communicator at
   // the same address for it.
-  auto work = [fn, parent, serial = parent->serial, child, opt, how = std::move(how),
-               make = std::move(make)]() -> ncclResult_t {
+  auto work = [fn, parent, serial = parent->serial, child, opt, how, make = std::move(make)]() -> ncclResult_t {
     InUse use(parent, serial);
     if (!use) {
       if (child) child->async_error.store(ncclInvalidArgument, std::memory_order_release);
@@ -295,9 +312,8 @@ ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* con
         if (s == Status::ok) child->impl_ready.store(true, std::memory_order_release);
         else r = propagate(parent, s);
         if (r == ncclSuccess && log::enabled(log::Level::info, log::kInit))
-          log::info(log::kInit, "{} comm {} rank {} nranks {} {} parent {}{} - Init COMPLETE", fn,
-                    static_cast<void*>(child), child->rank, child->nranks, device_fields(child->device, true),
-                    static_cast<void*>(parent), how);
+          log::info(log::kInit, "{} comm {} rank {} nranks {} {} {} - Init COMPLETE", fn, static_cast<void*>(child),
+                    child->rank, child->nranks, device_fields(child->device, true), how);
       }
       if (r != ncclSuccess) propagate(child, s);
       child->async_error.store(r, std::memory_order_release);  // the last touch of the child here
@@ -345,13 +361,15 @@ ncclResult_t ensure_ready(const char* fn, ncclComm* comm) {
 }
 
 // ncclCommInitRankConfig under the name of the function called (fn), which its lines give.
-ncclResult_t init_rank(const char* fn, ncclComm_t* comm, int nranks, const ncclUniqueId& commId, int rank,
+// As NCCL, the version line comes before the arguments are checked.
+ncclResult_t init_rank(const char* fn, ncclComm_t* comm, int nranks, const ncclUniqueId* commId, int rank,
                        const ncclConfig_t* config) {
-  if (ncclResult_t r = check_init_args(fn, comm, nranks, rank, &commId); r != ncclSuccess) return r;
+  announce_version(rank);
+  if (ncclResult_t r = check_init_args(fn, comm, nranks, rank, commId); r != ncclSuccess) return r;
   Settings settings;
   if (ncclResult_t r = read_config(fn, config, &settings); r != ncclSuccess) return r;
   purlin::UniqueId id;
-  std::memcpy(&id, &commId, sizeof(id));
+  std::memcpy(&id, commId, sizeof(id));
   if (ncclResult_t r = check_id(fn, id); r != ncclSuccess) return r;
   return start_comm(fn, comm, nranks, id, rank, settings);
 }
@@ -382,21 +400,21 @@ NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
 
 NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
          ncclConfig_t* config) {
-  return init_rank("ncclCommInitRankConfig", comm, nranks, commId, rank, config);
+  return init_rank("ncclCommInitRankConfig", comm, nranks, &commId, rank, config);
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
-  return init_rank("ncclCommInitRank", comm, nranks, commId, rank, nullptr);
+  return init_rank("ncclCommInitRank", comm, nranks, &commId, rank, nullptr);
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank, int nId,
          ncclUniqueId* commIds, ncclConfig_t* config) {
   const char* fn = "ncclCommInitRankScalable";
-  if (ncclResult_t r = check_init_args(fn, newcomm, nranks, myrank, commIds); r != ncclSuccess) return r;
+  // As NCCL: nId first, then the version line and the other arguments.
   if (nId < 1 || nId > nranks)
     return fail(nullptr, ncclInvalidArgument, fmt::format("{}: invalid nId {} (nranks {})", fn, nId, nranks));
   // Every rank holds all nId ids; the first one's root serves the rendezvous of all ranks.
-  return init_rank(fn, newcomm, nranks, commIds[0], myrank, config);
+  return init_rank(fn, newcomm, nranks, commIds, myrank, config);
 }
 
 NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* devlist) {
@@ -428,7 +446,7 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* 
           return;
         }
       }
-      results[i] = init_rank("ncclCommInitAll", &comms[i], ndev, id, i, nullptr);
+      results[i] = init_rank("ncclCommInitAll", &comms[i], ndev, &id, i, nullptr);
       if (results[i] != ncclSuccess && results[i] != ncclInProgress) why[i] = last_error();
     });
   for (auto& t : threads) t.join();
@@ -455,7 +473,9 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
   *newcomm = nullptr;
   // As NCCL: only NCCL_SPLIT_NOCOLOR joins no child; other negative colours name groups too.
   static_assert(NCCL_SPLIT_NOCOLOR == snac::Communicator::kNoColor);
-  return new_child(fn, comm, config, color != NCCL_SPLIT_NOCOLOR, newcomm, fmt::format(" color {} key {}", color, key),
+  if (color == NCCL_SPLIT_NOCOLOR)
+    log::info(log::kInit, "Rank {} has color with NCCL_SPLIT_NOCOLOR, not creating a new communicator", comm->rank);
+  return new_child(fn, comm, config, color != NCCL_SPLIT_NOCOLOR, newcomm, Placement{true, color, key},
                    [comm, color, key](const snac::Communicator::Options& o, std::atomic<bool>* abort, auto* out) {
                      return comm->impl->split(color, key, o, abort, out);
                    });
@@ -487,7 +507,7 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
   }
   // Stops the parent's collectives in flight; the bootstrap goes on serving the shrink.
   if (shrinkFlags == NCCL_SHRINK_ABORT) comm->impl->revoke();
-  return new_child(fn, comm, config, true, newcomm, "",
+  return new_child(fn, comm, config, true, newcomm, Placement{false, 0, comm->rank},
                    [comm, excluded](const snac::Communicator::Options& o, std::atomic<bool>* abort, auto* out) {
                      return comm->impl->shrink(excluded, o, abort, out);
                    });

@@ -36,6 +36,7 @@ struct ncclComm {
   int nranks = 0;
   int device = -1;
   bool blocking = true;
+  int children = 0;  // splits called on this comm, NOCOLOR ones too: NCCL's childCount
   // ncclInProgress while work of a non-blocking call runs, else ncclSuccess or an error that
   // broke the communicator outside impl (its init failed). ncclCommGetAsyncError adds impl's.
   std::atomic<int> async_error{ncclSuccess};

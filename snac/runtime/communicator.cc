@@ -308,6 +308,7 @@ Status Communicator::create_child(const UniqueId& id, int rank, int nranks, cons
     if (aborted_.load()) abort->store(true);
     child_abort_ = abort;
   }
+  if (options.placed) options.placed(rank, nranks);
   Status s = create(id, rank, nranks, options, abort, out);
   std::lock_guard<std::mutex> g(child_mu_);
   child_abort_ = nullptr;

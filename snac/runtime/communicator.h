@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -37,6 +38,9 @@ class Communicator {
  public:
   struct Options {
     int device = -1;  // CUDA device, or -1 on the host datapath
+    // A child's (split's or shrink's): called with its rank and size once they are known, before
+    // it joins its ranks. Unset: nothing is called.
+    std::function<void(int rank, int nranks)> placed;
   };
   const Policy& policy() const { return policy_; }
 

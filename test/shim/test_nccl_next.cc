@@ -223,9 +223,10 @@ void lifecycle_lines(const std::string& log_file) {
   ::setenv("NCCL_DEBUG_FILE", log_file.c_str(), 1);
   ncclResetDebugInit();
   ncclUniqueId id;
-  ncclComm_t comm = nullptr, child = nullptr;
+  ncclComm_t comm = nullptr, child = nullptr, none = nullptr;
   int device = -2;
   const bool made = ncclGetUniqueId(&id) == ncclSuccess && ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess &&
+                    ncclCommSplit(comm, NCCL_SPLIT_NOCOLOR, 0, &none, nullptr) == ncclSuccess && none == nullptr &&
                     ncclCommSplit(comm, 3, 5, &child, nullptr) == ncclSuccess &&
                     ncclCommCuDevice(comm, &device) == ncclSuccess;
   check(made, std::string("lifecycle lines: a communicator and its split: ") + ncclGetLastError(nullptr));
@@ -261,8 +262,10 @@ void lifecycle_lines(const std::string& log_file) {
           " [nranks=1] stream (nil)\n",
       "NCCL INFO [Rank 0] ncclCommInitRank comm " + c + " rank 0 nranks 1 cudaDev " + dev + " nvmlDev ",
       "NCCL INFO ncclCommInitRank comm " + c + " rank 0 nranks 1 cudaDev " + dev + " nvmlDev ",
+      "NCCL INFO Rank 0 has color with NCCL_SPLIT_NOCOLOR, not creating a new communicator\n",
       "NCCL INFO ncclCommSplit comm " + k + " rank 0 nranks 1 cudaDev " + dev + " nvmlDev ",
-      " parent " + c + " color 3 key 5 - Init COMPLETE\n",
+      " parent " + c + " childCount 2 color 3 key 5- Init START\n",
+      " parent " + c + " childCount 2 color 3 key 5 - Init COMPLETE\n",
       "NCCL INFO comm " + k + " rank 0 nranks 1 cudaDev " + dev + " busId ",
       " - Destroy COMPLETE\n",
       "NCCL INFO comm " + c + " rank 0 nRanks 1 cudaDev " + dev + " busId ",
@@ -439,7 +442,10 @@ void parameters(bool dump_all) {
   }
   ncclUniqueId id;
   ncclComm_t comm = nullptr;
-  if (ncclGetUniqueId(&id) != ncclSuccess || ncclCommInitRank(&comm, 1, id, 0) != ncclSuccess) {
+  // As NCCL's, the line comes before the arguments are checked: a refused first init prints it.
+  check(ncclGetUniqueId(&id) == ncclSuccess && ncclCommInitRank(nullptr, 1, id, 0) == ncclInvalidArgument,
+        "ncclCommInitRank with a NULL comm");
+  if (ncclCommInitRank(&comm, 1, id, 0) != ncclSuccess) {
     std::printf("FAIL a one-rank communicator: %s\n", ncclGetLastError(nullptr));
     std::_Exit(1);
   }

@@ -28,6 +28,14 @@ namespace {
 
 int g_failed = 0, g_passed = 0;
 
+// NCCL's header marks ncclResetDebugInit deprecated; it is exported and tested all the same.
+void reset_debug() {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  ncclResetDebugInit();
+#pragma GCC diagnostic pop
+}
+
 void check(bool ok, const std::string& what) {
   if (ok) {
     ++g_passed;
@@ -180,7 +188,10 @@ void communicator_calls(ncclComm_t comm, const std::string& log_file) {
   ncclCommProperties_t props{};
   expect(ncclCommQueryProperties(comm, &props), ncclInvalidUsage, "ncclCommQueryProperties", "not initialised");
   expect(ncclCommQueryProperties(comm, nullptr), ncclInvalidArgument, "ncclCommQueryProperties", "props NULL");
-  props = ncclCommProperties_t{sizeof(ncclCommProperties_t), 0xcafebeef, NCCL_VERSION(2, 30, 7)};
+  props = ncclCommProperties_t{};
+  props.size = sizeof(ncclCommProperties_t);
+  props.magic = 0xcafebeef;
+  props.version = NCCL_VERSION(2, 30, 7);
   props.nLsaTeams = -5;
   expect(ncclCommQueryProperties(comm, &props), ncclSuccess, "ncclCommQueryProperties", "2.30.7");
   check(props.rank == 0 && props.nRanks == 1 && props.cudaDev == device && props.nLsaTeams == 1 &&
@@ -189,7 +200,10 @@ void communicator_calls(ncclComm_t comm, const std::string& log_file) {
         "ncclCommQueryProperties: rank " + std::to_string(props.rank) + ", nRanks " + std::to_string(props.nRanks) +
             ", cudaDev " + std::to_string(props.cudaDev) + ", nLsaTeams " + std::to_string(props.nLsaTeams));
   check(device < 0 || props.nvmlDev >= 0, "ncclCommQueryProperties: nvmlDev " + std::to_string(props.nvmlDev));
-  props = ncclCommProperties_t{sizeof(ncclCommProperties_t), 0xcafebeef, NCCL_VERSION(2, 29, 3)};
+  props = ncclCommProperties_t{};
+  props.size = sizeof(ncclCommProperties_t);
+  props.magic = 0xcafebeef;
+  props.version = NCCL_VERSION(2, 29, 3);
   props.nLsaTeams = -5;
   expect(ncclCommQueryProperties(comm, &props), ncclSuccess, "ncclCommQueryProperties", "2.29.3");
   check(props.nRanks == 1 && props.nLsaTeams == -5, "ncclCommQueryProperties: a 2.29.3 caller's nLsaTeams was written");
@@ -205,7 +219,7 @@ void communicator_calls(ncclComm_t comm, const std::string& log_file) {
   // Logging follows the variables as they are when ncclResetDebugInit is called.
   ::setenv("NCCL_DEBUG", "WARN", 1);
   ::setenv("NCCL_DEBUG_FILE", log_file.c_str(), 1);
-  ncclResetDebugInit();
+  reset_debug();
   ncclCommResume(comm);  // a WARN line: not suspended
   std::ifstream f(log_file);
   std::stringstream text;
@@ -221,7 +235,7 @@ void lifecycle_lines(const std::string& log_file) {
   ::setenv("NCCL_DEBUG", "INFO", 1);
   ::setenv("NCCL_DEBUG_SUBSYS", "INIT,DESTROY,COLL", 1);
   ::setenv("NCCL_DEBUG_FILE", log_file.c_str(), 1);
-  ncclResetDebugInit();
+  reset_debug();
   ncclUniqueId id;
   ncclComm_t comm = nullptr, child = nullptr, none = nullptr;
   int device = -2;
@@ -242,7 +256,7 @@ void lifecycle_lines(const std::string& log_file) {
         "lifecycle lines: a call with a bad data type is refused");
   check(ncclCommDestroy(child) == ncclSuccess && ncclCommAbort(comm) == ncclSuccess, "lifecycle lines: destroy, abort");
   for (const char* var : {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"}) ::unsetenv(var);
-  ncclResetDebugInit();
+  reset_debug();
   std::ifstream f(log_file);
   std::stringstream text;
   text << f.rdbuf();
@@ -438,7 +452,7 @@ void parameters(bool dump_all) {
     if (fd >= 0) ::close(fd);
     ::setenv("NCCL_DEBUG", "WARN", 1);
     ::setenv("NCCL_DEBUG_FILE", version_log, 1);
-    ncclResetDebugInit();
+    reset_debug();
   }
   ncclUniqueId id;
   ncclComm_t comm = nullptr;
@@ -460,7 +474,7 @@ void parameters(bool dump_all) {
     ::unlink(version_log);
     ::unsetenv("NCCL_DEBUG_FILE");
     ::setenv("NCCL_DEBUG", "INFO", 1);
-    ncclResetDebugInit();
+    reset_debug();
   }
   if (!dump_all) {
     char file[] = "/tmp/purlin-next-log-XXXXXX";

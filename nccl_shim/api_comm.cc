@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -16,73 +17,77 @@
 #include "nccl_shim/comm_work.h"
 #include "nccl_shim/fallback.h"
 #include "nccl_shim/group.h"
+#include "nccl_shim/nccl_next.h"
 #include "nccl_shim/shim.h"
 
 namespace purlin::shim {
 namespace {
 
-// The parts of ncclConfig_t we honour, read only within the caller's `size` (older headers pass
-// smaller structs).
+// The parts of ncclConfig_t we honour.
 struct Settings {
   bool blocking = true;
   std::string name;
 };
 
+// As NCCL 2.30.7 reads an ncclConfig_t: the caller's struct, up to its `size` (at most 2.30's),
+// over an unset one; then every field the caller's `version` did not have is unset again, whatever
+// its bytes; then each field is checked in NCCL's order, with NCCL's words. Purlin uses `blocking`
+// and `commName`; the other fields tune NCCL's own kernels and network, and are only checked.
 ncclResult_t parse_config(const char* fn, const ncclConfig_t* config, Settings* out) {
   if (config == nullptr) return ncclSuccess;
-  constexpr std::size_t kHeader = offsetof(ncclConfig_t, blocking);
-  if (config->size < kHeader + sizeof(int) || config->size > (1u << 16))
+  constexpr int kUnset = NCCL_CONFIG_UNDEF_INT;
+  PurlinConfigV23000 c{};
+  c.version = NCCL_VERSION_CODE;
+  for (int* f : {&c.blocking, &c.cgaClusterSize, &c.minCTAs, &c.maxCTAs, &c.splitShare, &c.trafficClass,
+                 &c.collnetEnable, &c.CTAPolicy, &c.shrinkShare, &c.nvlsCTAs, &c.nChannelsPerNetPeer,
+                 &c.nvlinkCentricSched, &c.graphUsageMode, &c.numRmaCtx, &c.maxP2pPeers, &c.graphStreamOrdering})
+    *f = kUnset;
+  std::memcpy(&c, config, std::min<std::size_t>(config->size, sizeof(c)));
+  if (c.magic != 0xcafebeef)
     return fail(nullptr, ncclInvalidArgument,
-                fmt::format("{}: config size {} is not that of an ncclConfig_t (use NCCL_CONFIG_INITIALIZER)", fn,
-                            config->size));
-  if (config->magic != 0xcafebeef)
-    return fail(nullptr, ncclInvalidArgument,
-                fmt::format("{}: config magic {:#x} is wrong (use NCCL_CONFIG_INITIALIZER)", fn, config->magic));
-  if (config->version < 21400)
-    return fail(nullptr, ncclInvalidArgument, fmt::format("{}: config version {} is older than 2.14", fn, config->version));
-  auto has = [&](std::size_t offset, std::size_t bytes) { return offset + bytes <= config->size; };
-  if (has(offsetof(ncclConfig_t, blocking), sizeof(int)) && config->blocking != NCCL_CONFIG_UNDEF_INT) {
-    if (config->blocking != 0 && config->blocking != 1)
-      return fail(nullptr, ncclInvalidArgument, fmt::format("{}: config blocking {} is not 0 or 1", fn, config->blocking));
-    out->blocking = config->blocking == 1;
-  }
-  if (has(offsetof(ncclConfig_t, commName), sizeof(char*)) && config->commName) out->name = config->commName;
-  // The other fields tune NCCL's own kernels and network, which Purlin does not have; their values
-  // are still checked as NCCL checks them (a field beyond the caller's header is not read).
-  struct Rule {
-    const char* name;
-    std::size_t offset;
-    bool (*valid)(int);
+                fmt::format("{}: ncclConfig_t argument not initialized via NCCL_CONFIG_INITIALIZER", fn));
+  const auto unset_before = [&](unsigned version, std::initializer_list<int*> fields) {
+    if (c.version < version)
+      for (int* f : fields) *f = kUnset;
   };
-  const auto positive = [](int v) { return v > 0; };
+  unset_before(NCCL_VERSION(2, 14, 0), {&c.blocking});
+  unset_before(NCCL_VERSION(2, 17, 0), {&c.cgaClusterSize, &c.minCTAs, &c.maxCTAs});
+  unset_before(NCCL_VERSION(2, 25, 0), {&c.trafficClass});
+  unset_before(NCCL_VERSION(2, 27, 0), {&c.collnetEnable, &c.CTAPolicy, &c.shrinkShare, &c.nvlsCTAs});
+  unset_before(NCCL_VERSION(2, 28, 0), {&c.nChannelsPerNetPeer, &c.nvlinkCentricSched});
+  unset_before(NCCL_VERSION(2, 29, 0), {&c.graphUsageMode, &c.numRmaCtx});
+  unset_before(NCCL_VERSION(2, 30, 0), {&c.maxP2pPeers});
+  unset_before(NCCL_VERSION(2, 30, 5), {&c.graphStreamOrdering});
+  const auto set = [](int v) { return v != kUnset; };
   const auto flag = [](int v) { return v == 0 || v == 1; };
-  const Rule rules[] = {
-      {"cgaClusterSize", offsetof(ncclConfig_t, cgaClusterSize), [](int v) { return v >= 0; }},
-      {"minCTAs", offsetof(ncclConfig_t, minCTAs), positive},
-      {"maxCTAs", offsetof(ncclConfig_t, maxCTAs), positive},
-      {"splitShare", offsetof(ncclConfig_t, splitShare), flag},
-      {"collnetEnable", offsetof(ncclConfig_t, collnetEnable), flag},
-      {"CTAPolicy", offsetof(ncclConfig_t, CTAPolicy),
-       [](int v) { return (v & ~(NCCL_CTA_POLICY_EFFICIENCY | NCCL_CTA_POLICY_ZERO)) == 0; }},
-      {"shrinkShare", offsetof(ncclConfig_t, shrinkShare), flag},
-      {"nvlsCTAs", offsetof(ncclConfig_t, nvlsCTAs), positive},
-      {"nChannelsPerNetPeer", offsetof(ncclConfig_t, nChannelsPerNetPeer), [](int v) { return v > 0 && v <= 64; }},
-      {"nvlinkCentricSched", offsetof(ncclConfig_t, nvlinkCentricSched), flag},
+  const auto invalid = [&](const char* name, int v) {
+    return fail(nullptr, ncclInvalidArgument, fmt::format("{}: Invalid config {} attribute value {}", fn, name, v));
   };
-  auto field = [&](std::size_t offset) {
-    int v = NCCL_CONFIG_UNDEF_INT;
-    if (has(offset, sizeof(int))) std::memcpy(&v, reinterpret_cast<const char*>(config) + offset, sizeof(int));
-    return v;
-  };
-  for (const Rule& r : rules) {
-    const int v = field(r.offset);
-    if (v != NCCL_CONFIG_UNDEF_INT && !r.valid(v))
-      return fail(nullptr, ncclInvalidArgument, fmt::format("{}: invalid config {} attribute value {}", fn, r.name, v));
-  }
-  const int min_ctas = field(offsetof(ncclConfig_t, minCTAs)), max_ctas = field(offsetof(ncclConfig_t, maxCTAs));
-  if (min_ctas != NCCL_CONFIG_UNDEF_INT && max_ctas != NCCL_CONFIG_UNDEF_INT && min_ctas > max_ctas)
+  if (set(c.blocking) && !flag(c.blocking)) return invalid("blocking", c.blocking);
+  if (set(c.cgaClusterSize) && c.cgaClusterSize < 0) return invalid("cgaClusterSize", c.cgaClusterSize);
+  // As NCCL, minCTAs is compared with maxCTAs even when maxCTAs is unset (INT_MIN): a config that
+  // sets minCTAs alone is refused.
+  if ((set(c.minCTAs) && c.minCTAs <= 0) || (set(c.maxCTAs) && c.maxCTAs <= 0) || c.minCTAs > c.maxCTAs)
     return fail(nullptr, ncclInvalidArgument,
-                fmt::format("{}: invalid config min/max CTAs {}/{}: minCTAs exceeds maxCTAs", fn, min_ctas, max_ctas));
+                fmt::format("{}: Invalid config min/max channels attribute value {}/{}", fn, c.minCTAs, c.maxCTAs));
+  if (set(c.splitShare) && !flag(c.splitShare)) return invalid("splitShare", c.splitShare);
+  if (set(c.collnetEnable) && !flag(c.collnetEnable)) return invalid("collnetEnable", c.collnetEnable);
+  if (set(c.CTAPolicy) && (c.CTAPolicy & ~(NCCL_CTA_POLICY_EFFICIENCY | NCCL_CTA_POLICY_ZERO)) != 0)
+    return invalid("policy", c.CTAPolicy);
+  if (set(c.shrinkShare) && !flag(c.shrinkShare)) return invalid("shrinkShare", c.shrinkShare);
+  if (set(c.nvlsCTAs) && c.nvlsCTAs <= 0) return invalid("nvlsCTAs", c.nvlsCTAs);
+  if (set(c.nChannelsPerNetPeer) && (c.nChannelsPerNetPeer <= 0 || c.nChannelsPerNetPeer > 64))
+    return invalid("nChannelsPerNetPeer", c.nChannelsPerNetPeer);
+  if (set(c.nvlinkCentricSched) && !flag(c.nvlinkCentricSched))
+    return invalid("nvlinkCentricSched", c.nvlinkCentricSched);
+  if (set(c.graphUsageMode) && (c.graphUsageMode < 0 || c.graphUsageMode > 2))
+    return invalid("graphUsageMode", c.graphUsageMode);
+  if (set(c.numRmaCtx) && c.numRmaCtx < 0) return invalid("numRmaCtx", c.numRmaCtx);
+  if (set(c.maxP2pPeers) && c.maxP2pPeers <= 0) return invalid("maxP2pPeers", c.maxP2pPeers);
+  if (set(c.graphStreamOrdering) && !flag(c.graphStreamOrdering))
+    return invalid("graphStreamOrdering", c.graphStreamOrdering);
+  if (set(c.blocking)) out->blocking = c.blocking == 1;
+  if (c.commName) out->name = c.commName;
   return ncclSuccess;
 }
 

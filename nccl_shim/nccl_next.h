@@ -88,6 +88,34 @@ ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int pe
 
 #endif
 
+// ncclConfig_t as NCCL 2.30.7's nccl.h lays it out: the toolkit's ncclConfig_t, then the fields
+// 2.29 and 2.30 added. Programs built against a newer header pass it whole.
+struct PurlinConfigV23000 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int blocking;
+  int cgaClusterSize;
+  int minCTAs;
+  int maxCTAs;
+  const char* netName;
+  int splitShare;
+  int trafficClass;
+  const char* commName;
+  int collnetEnable;
+  int CTAPolicy;
+  int shrinkShare;
+  int nvlsCTAs;
+  int nChannelsPerNetPeer;
+  int nvlinkCentricSched;
+  int graphUsageMode;       // 2.29
+  int numRmaCtx;            // 2.29
+  int maxP2pPeers;          // 2.30
+  int graphStreamOrdering;  // 2.30.5
+};
+static_assert(offsetof(PurlinConfigV23000, nvlinkCentricSched) == offsetof(ncclConfig_t, nvlinkCentricSched));
+static_assert(sizeof(ncclConfig_t) <= sizeof(PurlinConfigV23000));
+
 // The device API's multicast handle, passed by value (nccl_device/impl/core__types.h).
 struct PurlinMultimemHandle {
   void* mcBasePtr;

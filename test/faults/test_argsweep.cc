@@ -27,6 +27,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "nccl_shim/nccl_next.h"
 #include "support.h"
 #include "test/common/loopback.h"
 
@@ -143,7 +144,6 @@ int main(int argc, char** argv) {
   };
   ncclConfig_t cfg_size = cfg([](ncclConfig_t& x) { x.size = 8; });
   ncclConfig_t cfg_magic = cfg([](ncclConfig_t& x) { x.magic = 0xbadc0de; });
-  ncclConfig_t cfg_version = cfg([](ncclConfig_t& x) { x.version = 21300; });
   ncclConfig_t cfg_blocking = cfg([](ncclConfig_t& x) { x.blocking = 2; });
   // Fields NCCL checks although Purlin has no use for them.
   const std::vector<std::pair<std::string, ncclConfig_t>> bad_fields = {
@@ -151,6 +151,8 @@ int main(int argc, char** argv) {
       {"minCTAs 0", cfg([](ncclConfig_t& x) { x.minCTAs = 0; })},
       {"maxCTAs -2", cfg([](ncclConfig_t& x) { x.maxCTAs = -2; })},
       {"minCTAs 8 > maxCTAs 4", cfg([](ncclConfig_t& x) { x.minCTAs = 8; x.maxCTAs = 4; })},
+      // As NCCL 2.30.7: minCTAs is compared with an unset maxCTAs (INT_MIN).
+      {"minCTAs 4, maxCTAs unset", cfg([](ncclConfig_t& x) { x.minCTAs = 4; })},
       {"splitShare 2", cfg([](ncclConfig_t& x) { x.splitShare = 2; })},
       {"collnetEnable 2", cfg([](ncclConfig_t& x) { x.collnetEnable = 2; })},
       {"CTAPolicy 8", cfg([](ncclConfig_t& x) { x.CTAPolicy = 8; })},
@@ -171,8 +173,6 @@ int main(int argc, char** argv) {
       {"ncclCommInitRank", "an id ncclGetUniqueId did not make", A, [&] { return ncclCommInitRank(&out, 1, id0, 0); }},
       {"ncclCommInitRankConfig", "config size 8", A, [&] { return ncclCommInitRankConfig(&out, 1, fresh, 0, &cfg_size); }},
       {"ncclCommInitRankConfig", "config magic", A, [&] { return ncclCommInitRankConfig(&out, 1, fresh, 0, &cfg_magic); }},
-      {"ncclCommInitRankConfig", "config version 2.13", A,
-       [&] { return ncclCommInitRankConfig(&out, 1, fresh, 0, &cfg_version); }},
       {"ncclCommInitRankConfig", "config blocking 2", A,
        [&] { return ncclCommInitRankConfig(&out, 1, fresh, 0, &cfg_blocking); }},
       {"ncclCommInitRankScalable", "nId 0", A, [&] { return ncclCommInitRankScalable(&out, 1, 0, 0, &fresh, nullptr); }},
@@ -353,6 +353,30 @@ int main(int argc, char** argv) {
          return ncclRecv(b, n, t, peer, m, kStream);
        }},
   };
+  // The fields NCCL 2.29 and 2.30 added, from a caller built against 2.30.7's header.
+  auto cfg230 = [](auto edit) {
+    const ncclConfig_t base = NCCL_CONFIG_INITIALIZER;
+    PurlinConfigV23000 cf{};
+    std::memcpy(&cf, &base, sizeof(base));
+    cf.size = sizeof(cf);
+    cf.version = NCCL_VERSION(2, 30, 7);
+    cf.graphUsageMode = cf.numRmaCtx = cf.maxP2pPeers = cf.graphStreamOrdering = NCCL_CONFIG_UNDEF_INT;
+    edit(cf);
+    return cf;
+  };
+  const std::vector<std::pair<std::string, PurlinConfigV23000>> bad_fields_230 = {
+      {"graphUsageMode 3", cfg230([](PurlinConfigV23000& x) { x.graphUsageMode = 3; })},
+      {"numRmaCtx -1", cfg230([](PurlinConfigV23000& x) { x.numRmaCtx = -1; })},
+      {"maxP2pPeers 0", cfg230([](PurlinConfigV23000& x) { x.maxP2pPeers = 0; })},
+      {"graphStreamOrdering 2", cfg230([](PurlinConfigV23000& x) { x.graphStreamOrdering = 2; })},
+  };
+  for (const auto& [what, bad] : bad_fields_230) {
+    ncclConfig_t* config = reinterpret_cast<ncclConfig_t*>(const_cast<PurlinConfigV23000*>(&bad));
+    cases.push_back({"ncclCommInitRankConfig", "2.30 config " + what, A,
+                     [&out, &fresh, config] { return ncclCommInitRankConfig(&out, 1, fresh, 0, config); }});
+    cases.push_back({"ncclCommSplit", "2.30 config " + what, A,
+                     [&out, &comm, config] { return ncclCommSplit(comm, 0, 0, &out, config); }});
+  }
   for (const auto& [what, bad] : bad_fields) {
     ncclConfig_t* config = const_cast<ncclConfig_t*>(&bad);
     cases.push_back({"ncclCommInitRankConfig", "config " + what, A,
@@ -468,6 +492,47 @@ int main(int argc, char** argv) {
     if (report.check(c2 != nullptr, "a config of " + std::to_string(size) + " bytes (an older header) was refused")) {
       checked_allreduce(o.gpu, c2, kStream, 0, 1, 100, 5, report, "AllReduce on a comm from an older config");
       report.expect(ncclCommDestroy(c2), OK, "ncclCommDestroy");
+    }
+  }
+
+  // Configs NCCL accepts: fields that the caller's version did not have are taken as unset whatever
+  // they hold (a 2.13 caller's blocking, a 2.26 caller's collnetEnable and nvlsCTAs, a 2.28 caller's
+  // graphUsageMode); a 2.30 caller's valid fields.
+  {
+    PurlinConfigV23000 v213 = cfg230([](PurlinConfigV23000& x) {
+      x.version = NCCL_VERSION(2, 13, 0);
+      x.blocking = 2;
+      x.minCTAs = -3;
+    });
+    PurlinConfigV23000 v226 = cfg230([](PurlinConfigV23000& x) {
+      x.version = NCCL_VERSION(2, 26, 0);
+      x.collnetEnable = 5;
+      x.nvlsCTAs = 0;
+    });
+    PurlinConfigV23000 v228 = cfg230([](PurlinConfigV23000& x) {
+      x.version = NCCL_VERSION(2, 28, 9);
+      x.graphUsageMode = 9;
+      x.maxP2pPeers = -1;
+    });
+    PurlinConfigV23000 v230 = cfg230([](PurlinConfigV23000& x) {
+      x.blocking = 1;
+      x.graphUsageMode = 1;
+      x.numRmaCtx = 0;
+      x.maxP2pPeers = 4;
+      x.graphStreamOrdering = 0;
+    });
+    const std::pair<const char*, PurlinConfigV23000*> configs[] = {
+        {"2.13", &v213}, {"2.26", &v226}, {"2.28", &v228}, {"2.30", &v230}};
+    for (const auto& [what, config] : configs) {
+      ncclUniqueId id;
+      ncclComm_t c2 = nullptr;
+      report.expect(ncclGetUniqueId(&id), OK, "ncclGetUniqueId");
+      report.expect(ncclCommInitRankConfig(&c2, 1, id, 0, reinterpret_cast<ncclConfig_t*>(config)), OK,
+                    std::string("a config of version ") + what);
+      if (c2) {
+        checked_allreduce(o.gpu, c2, kStream, 0, 1, 100, 5, report, std::string("AllReduce, config ") + what);
+        report.expect(ncclCommDestroy(c2), OK, "ncclCommDestroy");
+      }
     }
   }
 

@@ -254,10 +254,10 @@ ncclResult_t teardown(ncclComm* comm, bool abort) {
 using MakeChild = std::function<Status(const snac::Communicator::Options&, std::atomic<bool>* abort,
                                        std::unique_ptr<snac::Communicator>*)>;
 
-// What the INIT lines say of a child: its colour and key (a shrink's are 0 and the parent's rank),
-// and for a split the parent's count of splits.
+// What the INIT lines say of a child: its colour and key (a shrink's and a grow's are 0 and the
+// parent's rank), and for a split or a grow the parent's count of them.
 struct Placement {
-  bool split = true;
+  bool counted = true;  // a split or a grow: counts in the parent's childCount; a shrink does not
   int color = 0;
   int key = 0;
 };
@@ -272,8 +272,8 @@ ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* con
   Settings settings;
   settings.blocking = config == nullptr ? parent->blocking : true;
   if (ncclResult_t r = read_config(fn, config, &settings); r != ncclSuccess) return r;
-  // As NCCL: every split counts, a rank's that joins no child too; a shrink's does not.
-  const int child_count = placement.split ? ++parent->children : 0;
+  // As NCCL: every split and grow counts, a rank's that joins no child too; a shrink does not.
+  const int child_count = placement.counted ? ++parent->children : 0;
   const std::string how =
       fmt::format("parent {} childCount {} color {} key {}", static_cast<void*>(parent), child_count, placement.color,
                   placement.key);
@@ -518,37 +518,70 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
                    });
 }
 
-// Growing a communicator (NCCL 2.29) is not offered: the arguments are checked as NCCL checks them,
-// then the call is refused.
+// Growing (NCCL 2.29): one existing rank makes the id; the existing ranks keep their ranks in the
+// grown communicator and the new ranks join it through that id, as ncclCommInitRank's ranks do.
 NCCL_API(ncclResult_t, ncclCommGetUniqueId, ncclComm_t comm, ncclUniqueId* uniqueId) {
   const char* fn = "ncclCommGetUniqueId";
-  if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess) return r;
+  InUse use(comm);
+  if (!use) return check_comm(fn, comm);
+  if (ncclResult_t r = ensure_ready(fn, comm); r != ncclSuccess) return r;
   if (uniqueId == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommGetUniqueId: uniqueId is NULL");
-  return fail(comm, ncclInvalidUsage,
-              "ncclCommGetUniqueId: growing a communicator (ncclCommGrow) is not supported by this library");
+  if (!config().comm_id.empty())
+    return fail(comm, ncclInvalidUsage, "ncclCommGetUniqueId should not be called when NCCL_COMM_ID is set");
+  auto id = std::make_unique<purlin::UniqueId>();
+  if (Status s = make_unique_id(id.get(), IdFor::child); s != Status::ok) return propagate(comm, s);
+  std::memset(uniqueId, 0, sizeof(*uniqueId));
+  std::memcpy(uniqueId, id.get(), sizeof(*id));
+  std::lock_guard<std::mutex> g(comm->mutex);
+  comm->grow_id = std::move(id);
+  return ncclSuccess;
 }
 
+// Existing ranks: comm, rank -1, the id where this rank has it (the one that made it may pass NULL
+// too). New ranks: no comm, the id, and their rank.
 NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
          ncclComm_t* newcomm, ncclConfig_t* config) {
   const char* fn = "ncclCommGrow";
-  (void)config;
   if (newcomm == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclCommGrow: newcomm is NULL");
   *newcomm = nullptr;
   if (nRanks <= 0) return fail(nullptr, ncclInvalidArgument, fmt::format("ncclCommGrow: invalid nRanks {}", nRanks));
-  if (comm != nullptr) {
-    if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess) return r;
-    if (nRanks <= comm->nranks)
-      return fail(comm, ncclInvalidArgument,
-                  fmt::format("ncclCommGrow: total ranks {} is not more than the current {}", nRanks, comm->nranks));
-    if (rank != -1)
-      return fail(comm, ncclInvalidArgument,
-                  fmt::format("ncclCommGrow: rank {} given by an existing rank (must be -1)", rank));
-  } else if (uniqueId == nullptr || rank < 0 || rank >= nRanks) {
-    return fail(nullptr, ncclInvalidArgument,
-                fmt::format("ncclCommGrow: a new rank needs a unique id and a rank in 0..{} (rank {}, uniqueId {})",
-                            nRanks - 1, rank, static_cast<const void*>(uniqueId)));
+  if (comm == nullptr) {
+    if (uniqueId == nullptr || rank < 0 || rank >= nRanks)
+      return fail(nullptr, ncclInvalidArgument,
+                  fmt::format("ncclCommGrow: a new rank needs a unique id and a rank in 0..{} (rank {}, uniqueId {})",
+                              nRanks - 1, rank, static_cast<const void*>(uniqueId)));
+    log::info(log::kInit, "ncclCommGrow: new rank creating new communicator with {} total ranks", nRanks);
+    return init_rank(fn, newcomm, nRanks, uniqueId, rank, config);
   }
-  return fail(comm, ncclInvalidUsage, "ncclCommGrow: growing a communicator is not supported by this library");
+  InUse use(comm);
+  if (!use) return check_comm(fn, comm);
+  if (nRanks <= comm->nranks)
+    return fail(comm, ncclInvalidArgument,
+                fmt::format("ncclCommGrow: total ranks {} is not more than the current {}", nRanks, comm->nranks));
+  if (ncclResult_t r = ensure_ready(fn, comm); r != ncclSuccess) return r;
+  if (rank != -1)
+    return fail(comm, ncclInvalidArgument,
+                fmt::format("ncclCommGrow: rank {} given by an existing rank (must be -1)", rank));
+  std::shared_ptr<purlin::UniqueId> offer;
+  {
+    std::lock_guard<std::mutex> g(comm->mutex);
+    if (uniqueId) offer = std::make_shared<purlin::UniqueId>();
+    else if (comm->grow_id) offer = std::make_shared<purlin::UniqueId>(*comm->grow_id);
+  }
+  if (uniqueId) std::memcpy(offer.get(), uniqueId, sizeof(*offer));
+  if (offer) {
+    if (ncclResult_t r = check_id(fn, *offer); r != ncclSuccess) return r;
+  }
+  log::info(log::kInit, "ncclCommGrow: existing rank creating new communicator with {} total ranks", nRanks);
+  return new_child(fn, comm, config, true, newcomm, Placement{true, 0, comm->rank},
+                   [comm, offer, nRanks](const snac::Communicator::Options& o, std::atomic<bool>* abort, auto* out) {
+                     Status s = comm->impl->grow(offer.get(), nRanks, o, abort, out);
+                     if (s == Status::ok) {
+                       std::lock_guard<std::mutex> g(comm->mutex);
+                       comm->grow_id.reset();  // consumed
+                     }
+                     return s;
+                   });
 }
 
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {

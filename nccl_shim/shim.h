@@ -36,7 +36,7 @@ struct ncclComm {
   int nranks = 0;
   int device = -1;
   bool blocking = true;
-  int children = 0;  // splits called on this comm, NOCOLOR ones too: NCCL's childCount
+  int children = 0;  // splits and grows called on this comm, NOCOLOR splits too: NCCL's childCount
   // ncclInProgress while work of a non-blocking call runs, else ncclSuccess or an error that
   // broke the communicator outside impl (its init failed). ncclCommGetAsyncError adds impl's.
   std::atomic<int> async_error{ncclSuccess};
@@ -50,6 +50,8 @@ struct ncclComm {
   mutable std::mutex mutex;   // last_error, failure and redops
   std::string last_error;
   std::string failure;  // why async_error holds an error the shim set (a refused call, a failed group)
+  // The id this rank made with ncclCommGetUniqueId for growing, until a grow consumes it (mutex).
+  std::unique_ptr<purlin::UniqueId> grow_id;
 
   // User reduction operators. A handle is ncclNumOps + slot + (generation << 16): a slot is reused
   // after ncclRedOpDestroy with the next generation, so a destroyed handle is never taken for the

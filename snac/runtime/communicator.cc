@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstring>
 #include <iterator>
 #include <map>
 #include <shared_mutex>
@@ -491,6 +492,35 @@ Status Communicator::shrink(const std::vector<int>& excluded, const Options& opt
   UniqueId id{};
   PURLIN_TRY(distribute_id(members, &id));
   return create_child(id, new_rank, static_cast<int>(members.size()), options, abort, out);
+}
+
+Status Communicator::grow(const UniqueId* id, int nranks, const Options& options, std::atomic<bool>* abort,
+                          std::unique_ptr<Communicator>* out) {
+  if (!abort) abort = &child_abort_own_;
+  Interrupt interrupt(*bootstrap_, abort);
+  out->reset();
+  if (nranks <= nranks_)
+    return fail(Status::invalid_argument,
+                fmt::format("ncclCommGrow: total ranks {} is not more than the current {}", nranks, nranks_));
+  struct Offer {
+    std::uint32_t given;
+    UniqueId id;
+  } mine{};
+  mine.given = id != nullptr;
+  if (id) mine.id = *id;
+  std::vector<Offer> all(static_cast<std::size_t>(nranks_));
+  PURLIN_TRY(bootstrap_->all_gather(&mine, sizeof(Offer), all.data()));
+  const UniqueId* chosen = nullptr;
+  for (const Offer& o : all) {
+    if (!o.given) continue;
+    if (chosen && std::memcmp(chosen, &o.id, sizeof(UniqueId)) != 0)
+      return fail(Status::invalid_argument, "ncclCommGrow: existing ranks passed different unique ids");
+    chosen = &o.id;
+  }
+  if (!chosen)
+    return fail(Status::invalid_argument,
+                "ncclCommGrow: no existing rank passed a unique id (the rank that called ncclCommGetUniqueId must)");
+  return create_child(*chosen, rank_, nranks, options, abort, out);
 }
 
 }  // namespace purlin::snac

@@ -115,6 +115,12 @@ class Communicator {
   // for split.
   Status shrink(const std::vector<int>& excluded, const Options& options, std::atomic<bool>* abort,
                 std::unique_ptr<Communicator>* out);
+  // Collective over this communicator (ncclCommGrow on the existing ranks): a new communicator of
+  // `nranks` ranks, more than this one's, where each rank keeps its rank and the new ranks join
+  // through the id. The id is the one some rank passes (`id` null elsewhere); none or two different
+  // ones are invalid_argument on every rank alike. `abort` as for split.
+  Status grow(const UniqueId* id, int nranks, const Options& options, std::atomic<bool>* abort,
+              std::unique_ptr<Communicator>* out);
 
  private:
   Communicator() = default;

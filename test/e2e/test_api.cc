@@ -2,11 +2,14 @@
 //   in one process: ncclGetVersion, ncclGetErrorString, ncclGetUniqueId, ncclCommInitAll over 4
 //   ranks (no device list: the host datapath has no devices) with grouped collectives over the 4
 //   communicators from one thread; the 4 ranks' ncclCommInitRank, then their ncclCommSplit (one
-//   per rank, then two per rank), inside one group from one thread; a group with a call that
-//   fails its checks, a V collective's among them (the group fails, nothing runs);
+//   per rank, then two per rank), inside one group from one thread; ncclCommGrow of 2 ranks to 4
+//   and to 3 in groups from one thread (and a grow with no id, refused on both ranks alike); a
+//   group with a call that fails its checks, a V collective's among them (the group fails, nothing
+//   runs);
 //   ncclGroupSimulateEnd(NULL); ncclGetLastError(NULL) answers with the process's last failure,
 //   whichever thread had it; NCCL_COMM_BLOCKING over a config (e2e_api_comm_blocking_1r sets it);
-//   ranks as processes: ncclCommCount/UserRank, ncclCommGetAsyncError, argument errors
+//   ranks as processes: ncclCommCount/UserRank, ncclCommGetAsyncError, ncclCommGrow by the last
+//   rank (split off first, the id broadcast to it), argument errors
 //   (ncclInvalidArgument, no effect, the communicator still usable, ncclGetLastError set), count 0,
 //   ncclCommSuspend / ncclCommResume of memory (collectives refused in between, alone and in groups),
 //   ncclCommFinalize + ncclCommDestroy, ncclCommAbort, ncclCommDestroy of a failed communicator
@@ -40,11 +43,13 @@ ncclResult_t ncclPurlinReduceScatterV(const void*, const size_t*, const size_t*,
                                       ncclComm_t, cudaStream_t);
 ncclResult_t ncclPurlinAlltoAllV(const void*, const size_t*, const size_t*, void*, const size_t*, const size_t*,
                                  ncclDataType_t, ncclComm_t, cudaStream_t);
-// NCCL 2.29's suspend and resume, and 2.30's memory statistics (the CUDA toolkit's nccl.h may be
+// NCCL 2.29's suspend, resume and growing, and 2.30's memory statistics (the CUDA toolkit's nccl.h may be
 // older), with the values of NCCL_SUSPEND_MEM and ncclStatGpuMemSuspended.
 ncclResult_t ncclCommSuspend(ncclComm_t, int);
 ncclResult_t ncclCommResume(ncclComm_t);
 ncclResult_t ncclCommMemStats(ncclComm_t, int, uint64_t*);
+ncclResult_t ncclCommGetUniqueId(ncclComm_t, ncclUniqueId*);
+ncclResult_t ncclCommGrow(ncclComm_t, int, const ncclUniqueId*, int, ncclComm_t*, ncclConfig_t*);
 }
 constexpr int kSuspendMem = 0x01;
 constexpr int kStatSuspended = 1;
@@ -302,6 +307,54 @@ void group_error_v(Reporter& report, Slab& slab) {
   for (int i = 0; i < n; ++i) report.expect(ncclCommDestroy(comms[i]), "ncclCommDestroy");
 }
 
+// ncclCommGrow (NCCL 2.29) from this one thread inside groups: 2 ranks grow to 4, then the same 2
+// to 3, each existing rank keeping its rank and the new ranks joining through the id. The first time
+// the rank that made the id passes it, the second time neither existing rank passes one (the maker's
+// own is taken). A grow where no existing rank has an id fails on both alike, and the parents stay
+// usable. Each grown communicator's collectives are checked, and the parents' after them.
+void grow_in_group(Reporter& report, Slab& slab) {
+  constexpr int n = 2;
+  ncclUniqueId id;
+  ncclComm_t comms[n] = {};
+  if (!report.expect(ncclGetUniqueId(&id), "ncclGetUniqueId")) return;
+  report.expect(ncclGroupStart(), "ncclGroupStart");
+  for (int i = 0; i < n; ++i) report.expect(ncclCommInitRank(&comms[i], n, id, i), "ncclCommInitRank in a group");
+  if (!report.expect(ncclGroupEnd(), "ncclGroupEnd after the inits")) return;
+  for (const int total : {4, 3}) {
+    const std::string what = "grown from 2 to " + std::to_string(total);
+    const int maker = total == 4 ? 0 : 1;
+    ncclUniqueId grow_id;
+    if (!report.expect(ncclCommGetUniqueId(comms[maker], &grow_id), what + ": ncclCommGetUniqueId", comms[maker]))
+      break;
+    std::vector<ncclComm_t> grown(static_cast<std::size_t>(total), nullptr);
+    report.expect(ncclGroupStart(), "ncclGroupStart");
+    for (int i = 0; i < n; ++i) {
+      const ncclUniqueId* passed = total == 4 && i == maker ? &grow_id : nullptr;
+      report.expect(ncclCommGrow(comms[i], total, passed, -1, &grown[i], nullptr), what + ": existing rank's ncclCommGrow",
+                    comms[i]);
+    }
+    for (int r = n; r < total; ++r)
+      report.expect(ncclCommGrow(nullptr, total, &grow_id, r, &grown[r], nullptr), what + ": new rank's ncclCommGrow");
+    if (report.expect(ncclGroupEnd(), "ncclGroupEnd after the grows") && shaped(report, grown.data(), total, what))
+      grouped_calls(report, slab, grown.data(), total, what);
+    for (ncclComm_t c : grown)
+      if (c) report.expect(ncclCommDestroy(c), "ncclCommDestroy of a grown communicator");
+    if (shaped(report, comms, n, what + ", the parents")) grouped_calls(report, slab, comms, n, what + ", the parents");
+  }
+  ncclComm_t none[n] = {};
+  report.expect(ncclGroupStart(), "ncclGroupStart");
+  for (int i = 0; i < n; ++i)
+    report.expect(ncclCommGrow(comms[i], 3, nullptr, -1, &none[i], nullptr), "ncclCommGrow with no id", comms[i]);
+  report.expect(ncclGroupEnd(), "ncclGroupEnd after grows with no id", nullptr, ncclInvalidArgument);
+  if (shaped(report, comms, n, "after a grow with no id"))
+    grouped_calls(report, slab, comms, n, "after a grow with no id");
+  for (int i = 0; i < n; ++i) {
+    // Made in the group and failed at its end: in the error state, which ncclCommAbort frees.
+    if (none[i]) report.expect(ncclCommAbort(none[i]), "ncclCommAbort of a failed grow's communicator");
+    report.expect(ncclCommDestroy(comms[i]), "ncclCommDestroy");
+  }
+}
+
 // NCCL_COMM_BLOCKING (0 or 1) overrides a config's blocking, as in NCCL: a 1-rank communicator
 // made with blocking = 0 and one made with no config, under whatever this process's environment sets.
 void comm_blocking(Reporter& report) {
@@ -366,6 +419,7 @@ void one_process(RankEnv& env) {
   run_case(env.report, "Api/unique_id", [&] { unique_ids(env.report); });
   run_case(env.report, "Api/init_all", [&] { init_all(env.report, slab); });
   run_case(env.report, "Api/init_in_group", [&] { init_in_group(env.report, slab); });
+  run_case(env.report, "Api/grow_in_group", [&] { grow_in_group(env.report, slab); });
   run_case(env.report, "Api/group_error", [&] { group_error(env.report, slab); });
   run_case(env.report, "Api/group_error_v", [&] { group_error_v(env.report, slab); });
   run_case(env.report, "Api/last_error_across_threads", [&] { last_error_across_threads(env.report); });
@@ -607,9 +661,42 @@ void suspend_resume(RankEnv& env, Slab& slab) {
   });
 }
 
+// ncclCommGrow with ranks as processes: every rank but the last splits off a communicator, whose
+// rank 0 makes the id to grow with; the id reaches the last rank by a Broadcast over the whole
+// communicator; then the split's ranks grow it by the last rank. Each keeps its rank, and the grown
+// communicator's AllReduce is checked.
+void grow_processes(RankEnv& env, Slab& slab) {
+  if (env.nranks < 2) return;
+  const bool joining = env.rank == env.nranks - 1;
+  ncclComm_t part = nullptr;
+  const int colour = joining ? NCCL_SPLIT_NOCOLOR : 0;
+  if (!env.report.expect(ncclCommSplit(env.comm, colour, env.rank, &part, nullptr), "ncclCommSplit", env.comm)) return;
+  slab.reset();
+  auto* id = reinterpret_cast<ncclUniqueId*>(slab.take(sizeof(ncclUniqueId), 0));
+  std::memset(id, 0, sizeof(*id));
+  if (env.rank == 0) env.report.expect(ncclCommGetUniqueId(part, id), "ncclCommGetUniqueId", part);
+  env.report.expect(ncclBroadcast(id, id, sizeof(*id), ncclUint8, 0, env.comm, kNoStream), "ncclBroadcast of the id",
+                    env.comm);
+  ncclComm_t grown = nullptr;
+  const ncclResult_t rc = joining ? ncclCommGrow(nullptr, env.nranks, id, env.rank, &grown, nullptr)
+                                  : ncclCommGrow(part, env.nranks, env.rank == 0 ? id : nullptr, -1, &grown, nullptr);
+  if (env.report.expect(rc, joining ? "ncclCommGrow of the new rank" : "ncclCommGrow of an existing rank", part)) {
+    int count = -1, rank = -1;
+    ncclCommCount(grown, &count);
+    ncclCommUserRank(grown, &rank);
+    if (count != env.nranks || rank != env.rank)
+      env.report.fail("the grown communicator is rank " + std::to_string(rank) + " of " + std::to_string(count));
+    else
+      still_usable(env, grown, slab, "AllReduce on the grown communicator");
+    env.report.expect(ncclCommDestroy(grown), "ncclCommDestroy of the grown communicator");
+  }
+  if (part) env.report.expect(ncclCommDestroy(part), "ncclCommDestroy of the split");
+}
+
 void ranks(RankEnv& env) {
   Slab slab(std::size_t{16} << 20);
   run_case(env.report, "Api/count_rank_async", [&] { shape(env); });
+  run_case(env.report, "Api/grow_processes", [&] { grow_processes(env, slab); });
   bad_arguments(env, slab);
   count_zero(env, slab);
   suspend_resume(env, slab);

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nccl_shim/nccl_next.h"
@@ -158,10 +159,11 @@ void communicator_calls(ncclComm_t comm, const std::string& log_file) {
          "unknown stat");
   expect(ncclCommMemStats(nullptr, ncclStatGpuMemTotal, &value), ncclInvalidArgument, "ncclCommMemStats", "comm NULL");
 
-  // Growing: NCCL's argument checks, then refused.
+  // Growing: NCCL's argument checks, then one rank more, joining from another thread; the rank
+  // that made the id passes none (its own is taken).
   ncclUniqueId id;
   expect(ncclCommGetUniqueId(comm, nullptr), ncclInvalidArgument, "ncclCommGetUniqueId", "uniqueId NULL");
-  expect(ncclCommGetUniqueId(comm, &id), ncclInvalidUsage, "ncclCommGetUniqueId", "growing");
+  expect(ncclCommGetUniqueId(comm, &id), ncclSuccess, "ncclCommGetUniqueId", "an id to grow with");
   ncclComm_t grown = reinterpret_cast<ncclComm_t>(1);
   expect(ncclCommGrow(comm, 2, nullptr, -1, nullptr, nullptr), ncclInvalidArgument, "ncclCommGrow", "newcomm NULL");
   expect(ncclCommGrow(comm, 0, nullptr, -1, &grown, nullptr), ncclInvalidArgument, "ncclCommGrow", "nRanks 0");
@@ -170,7 +172,29 @@ void communicator_calls(ncclComm_t comm, const std::string& log_file) {
   expect(ncclCommGrow(comm, 2, nullptr, 0, &grown, nullptr), ncclInvalidArgument, "ncclCommGrow", "existing rank not -1");
   expect(ncclCommGrow(nullptr, 2, nullptr, 1, &grown, nullptr), ncclInvalidArgument, "ncclCommGrow", "new rank without id");
   expect(ncclCommGrow(nullptr, 2, &id, 2, &grown, nullptr), ncclInvalidArgument, "ncclCommGrow", "new rank out of range");
-  expect(ncclCommGrow(comm, 2, nullptr, -1, &grown, nullptr), ncclInvalidUsage, "ncclCommGrow", "growing");
+  {
+    ncclComm_t joined = nullptr;
+    ncclResult_t joined_rc = ncclInternalError;
+    std::thread joiner([&] { joined_rc = ncclCommGrow(nullptr, 2, &id, 1, &joined, nullptr); });
+    expect(ncclCommGrow(comm, 2, nullptr, -1, &grown, nullptr), ncclSuccess, "ncclCommGrow", "1 rank to 2");
+    joiner.join();
+    check(joined_rc == ncclSuccess, std::string("ncclCommGrow of the new rank: ") + ncclGetErrorString(joined_rc));
+    int ranks[2] = {-1, -1}, counts[2] = {-1, -1};
+    if (grown && joined_rc == ncclSuccess) {
+      ncclCommUserRank(grown, &ranks[0]);
+      ncclCommCount(grown, &counts[0]);
+      ncclCommUserRank(joined, &ranks[1]);
+      ncclCommCount(joined, &counts[1]);
+    }
+    check(ranks[0] == 0 && ranks[1] == 1 && counts[0] == 2 && counts[1] == 2,
+          "ncclCommGrow: the grown communicators are ranks " + std::to_string(ranks[0]) + ", " +
+              std::to_string(ranks[1]) + " of " + std::to_string(counts[0]) + ", " + std::to_string(counts[1]));
+    std::thread leaver([&] {
+      if (joined) ncclCommDestroy(joined);
+    });
+    check(grown == nullptr || ncclCommDestroy(grown) == ncclSuccess, "ncclCommDestroy of the grown communicator");
+    leaver.join();
+  }
 
   // One-sided operations: the peer checked, then refused with NCCL's code for a communicator
   // without host RMA.

@@ -254,29 +254,33 @@ ncclResult_t teardown(ncclComm* comm, bool abort) {
 using MakeChild = std::function<Status(const snac::Communicator::Options&, std::atomic<bool>* abort,
                                        std::unique_ptr<snac::Communicator>*)>;
 
-// What the INIT lines say of a child: its colour and key (a shrink's and a grow's are 0 and the
-// parent's rank), and for a split or a grow the parent's count of them.
+// What makes a child, and what its INIT lines say of it: its colour and key (a shrink's and a
+// grow's are 0 and the parent's rank) and NCCL's childCount.
 struct Placement {
-  bool counted = true;  // a split or a grow: counts in the parent's childCount; a shrink does not
+  enum class Kind { split, shrink, grow } kind = Kind::split;
   int color = 0;
   int key = 0;
 };
 
-// Split and shrink: `make` creates the child's Communicator (none for a rank that joins none,
-// `joins` false). Blocking: now. Non-blocking: the child is returned at once in ncclInProgress and
-// both it and the parent settle when the work, run on the parent's background thread, ends.
+// Split, shrink and grow (on an existing rank): `make` creates the child's Communicator (none for a
+// rank that joins none, `joins` false). Blocking: now. Non-blocking: the child is returned at once
+// in ncclInProgress and both it and the parent settle when the work, run on the parent's background
+// thread, ends.
 ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* config, bool joins, ncclComm_t* newcomm,
                        Placement placement, MakeChild make) {
+  using Kind = Placement::Kind;
   // As NCCL: without a config the child inherits the parent's mode; a config's unset fields take
-  // the defaults (blocking), not the parent's.
+  // the defaults (blocking), not the parent's. A rank that joins no child does not read it.
   Settings settings;
   settings.blocking = config == nullptr ? parent->blocking : true;
-  if (ncclResult_t r = read_config(fn, config, &settings); r != ncclSuccess) return r;
-  // As NCCL: every split and grow counts, a rank's that joins no child too; a shrink does not.
-  const int child_count = placement.counted ? ++parent->children : 0;
+  if (joins)
+    if (ncclResult_t r = read_config(fn, config, &settings); r != ncclSuccess) return r;
+  // As NCCL: every split and grow counts, a rank's that joins no child too; a shrink does not. A
+  // grow's lines say 0, as NCCL's.
+  const int child_count = placement.kind != Kind::shrink ? ++parent->children : 0;
   const std::string how =
-      fmt::format("parent {} childCount {} color {} key {}", static_cast<void*>(parent), child_count, placement.color,
-                  placement.key);
+      fmt::format("parent {} childCount {} color {} key {}", static_cast<void*>(parent),
+                  placement.kind == Kind::split ? child_count : 0, placement.color, placement.key);
   snac::Communicator::Options opt;
   opt.device = parent->device;
   ncclComm* child = nullptr;
@@ -289,10 +293,14 @@ ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* con
     child->async_error.store(ncclInProgress);
     register_comm(child);
     if (log::enabled(log::Level::info, log::kInit))
-      opt.placed = [fn, child, how](int rank, int nranks) {
-        // NCCL's line, without a space before the dash.
-        log::info(log::kInit, "{} comm {} rank {} nranks {} {} {}- Init START", fn, static_cast<void*>(child), rank,
-                  nranks, device_fields(child->device, true), how);
+      opt.placed = [fn, child, how, grow = placement.kind == Kind::grow](int rank, int nranks, const UniqueId& id) {
+        const std::string fields = fmt::format("comm {} rank {} nranks {} {}", static_cast<void*>(child), rank, nranks,
+                                               device_fields(child->device, true));
+        // NCCL's lines: a grow's as an init's, a split's without a space before the dash.
+        if (grow)
+          log::info(log::kInit, "[Rank {}] {} {} commId {:#x} - Init START", rank, fn, fields, public_hash(id));
+        else
+          log::info(log::kInit, "{} {} {}- Init START", fn, fields, how);
       };
   }
   // The parent's serial: work deferred to a group's end must not take a later communicator at
@@ -480,7 +488,7 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
   static_assert(NCCL_SPLIT_NOCOLOR == snac::Communicator::kNoColor);
   if (color == NCCL_SPLIT_NOCOLOR)
     log::info(log::kInit, "Rank {} has color with NCCL_SPLIT_NOCOLOR, not creating a new communicator", comm->rank);
-  return new_child(fn, comm, config, color != NCCL_SPLIT_NOCOLOR, newcomm, Placement{true, color, key},
+  return new_child(fn, comm, config, color != NCCL_SPLIT_NOCOLOR, newcomm, Placement{Placement::Kind::split, color, key},
                    [comm, color, key](const snac::Communicator::Options& o, std::atomic<bool>* abort, auto* out) {
                      return comm->impl->split(color, key, o, abort, out);
                    });
@@ -512,7 +520,7 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
   }
   // Stops the parent's collectives in flight; the bootstrap goes on serving the shrink.
   if (shrinkFlags == NCCL_SHRINK_ABORT) comm->impl->revoke();
-  return new_child(fn, comm, config, true, newcomm, Placement{false, 0, comm->rank},
+  return new_child(fn, comm, config, true, newcomm, Placement{Placement::Kind::shrink, 0, comm->rank},
                    [comm, excluded](const snac::Communicator::Options& o, std::atomic<bool>* abort, auto* out) {
                      return comm->impl->shrink(excluded, o, abort, out);
                    });
@@ -550,6 +558,7 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
       return fail(nullptr, ncclInvalidArgument,
                   fmt::format("ncclCommGrow: a new rank needs a unique id and a rank in 0..{} (rank {}, uniqueId {})",
                               nRanks - 1, rank, static_cast<const void*>(uniqueId)));
+    announce_version(rank);  // as NCCL, before its INFO line
     log::info(log::kInit, "ncclCommGrow: new rank creating new communicator with {} total ranks", nRanks);
     return init_rank(fn, newcomm, nRanks, uniqueId, rank, config);
   }
@@ -562,25 +571,24 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
   if (rank != -1)
     return fail(comm, ncclInvalidArgument,
                 fmt::format("ncclCommGrow: rank {} given by an existing rank (must be -1)", rank));
+  // The id offered: the one passed, else the one this rank made. Either way the id this rank made
+  // is used up here, as NCCL's ids are single-use. It is checked among the existing ranks, so that
+  // a bad one fails them all alike.
   std::shared_ptr<purlin::UniqueId> offer;
   {
     std::lock_guard<std::mutex> g(comm->mutex);
-    if (uniqueId) offer = std::make_shared<purlin::UniqueId>();
-    else if (comm->grow_id) offer = std::make_shared<purlin::UniqueId>(*comm->grow_id);
-  }
-  if (uniqueId) std::memcpy(offer.get(), uniqueId, sizeof(*offer));
-  if (offer) {
-    if (ncclResult_t r = check_id(fn, *offer); r != ncclSuccess) return r;
+    if (uniqueId) {
+      offer = std::make_shared<purlin::UniqueId>();
+      std::memcpy(offer.get(), uniqueId, sizeof(*offer));
+    } else if (comm->grow_id) {
+      offer = std::make_shared<purlin::UniqueId>(*comm->grow_id);
+    }
+    comm->grow_id.reset();
   }
   log::info(log::kInit, "ncclCommGrow: existing rank creating new communicator with {} total ranks", nRanks);
-  return new_child(fn, comm, config, true, newcomm, Placement{true, 0, comm->rank},
+  return new_child(fn, comm, config, true, newcomm, Placement{Placement::Kind::grow, 0, comm->rank},
                    [comm, offer, nRanks](const snac::Communicator::Options& o, std::atomic<bool>* abort, auto* out) {
-                     Status s = comm->impl->grow(offer.get(), nRanks, o, abort, out);
-                     if (s == Status::ok) {
-                       std::lock_guard<std::mutex> g(comm->mutex);
-                       comm->grow_id.reset();  // consumed
-                     }
-                     return s;
+                     return comm->impl->grow(offer.get(), nRanks, o, abort, out);
                    });
 }
 

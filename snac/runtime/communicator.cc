@@ -309,7 +309,7 @@ Status Communicator::create_child(const UniqueId& id, int rank, int nranks, cons
     if (aborted_.load()) abort->store(true);
     child_abort_ = abort;
   }
-  if (options.placed) options.placed(rank, nranks);
+  if (options.placed) options.placed(rank, nranks, id);
   Status s = create(id, rank, nranks, options, abort, out);
   std::lock_guard<std::mutex> g(child_mu_);
   child_abort_ = nullptr;
@@ -499,24 +499,37 @@ Status Communicator::grow(const UniqueId* id, int nranks, const Options& options
   if (!abort) abort = &child_abort_own_;
   Interrupt interrupt(*bootstrap_, abort);
   out->reset();
-  if (nranks <= nranks_)
-    return fail(Status::invalid_argument,
-                fmt::format("ncclCommGrow: total ranks {} is not more than the current {}", nranks, nranks_));
+  // What each rank brings, gathered before any rank may fail, so that all fail alike.
   struct Offer {
-    std::uint32_t given;
+    std::int32_t given;
+    std::int32_t nranks;
     UniqueId id;
-  } mine{};
+  };
+  Offer mine;
+  std::memset(&mine, 0, sizeof(mine));
   mine.given = id != nullptr;
+  mine.nranks = nranks;
   if (id) mine.id = *id;
   std::vector<Offer> all(static_cast<std::size_t>(nranks_));
   PURLIN_TRY(bootstrap_->all_gather(&mine, sizeof(Offer), all.data()));
   const UniqueId* chosen = nullptr;
-  for (const Offer& o : all) {
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    const Offer& o = all[r];
+    if (o.nranks != nranks)
+      return fail(Status::invalid_argument,
+                  fmt::format("ncclCommGrow: ranks disagree on the total ranks ({} here, {} on rank {})", nranks,
+                              o.nranks, r));
     if (!o.given) continue;
+    if (o.id.magic != kUniqueIdMagic)
+      return fail(Status::invalid_argument,
+                  fmt::format("ncclCommGrow: rank {} passed an id that ncclCommGetUniqueId did not make", r));
     if (chosen && std::memcmp(chosen, &o.id, sizeof(UniqueId)) != 0)
       return fail(Status::invalid_argument, "ncclCommGrow: existing ranks passed different unique ids");
     chosen = &o.id;
   }
+  if (nranks <= nranks_)
+    return fail(Status::invalid_argument,
+                fmt::format("ncclCommGrow: total ranks {} is not more than the current {}", nranks, nranks_));
   if (!chosen)
     return fail(Status::invalid_argument,
                 "ncclCommGrow: no existing rank passed a unique id (the rank that called ncclCommGetUniqueId must)");

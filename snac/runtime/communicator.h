@@ -38,9 +38,9 @@ class Communicator {
  public:
   struct Options {
     int device = -1;  // CUDA device, or -1 on the host datapath
-    // A child's (split's or shrink's): called with its rank and size once they are known, before
-    // it joins its ranks. Unset: nothing is called.
-    std::function<void(int rank, int nranks)> placed;
+    // A child's (split's, shrink's or grow's): called with its rank, its size and the id its ranks
+    // meet at, once they are known, before it joins its ranks. Unset: nothing is called.
+    std::function<void(int rank, int nranks, const UniqueId& id)> placed;
   };
   const Policy& policy() const { return policy_; }
 
@@ -117,8 +117,9 @@ class Communicator {
                 std::unique_ptr<Communicator>* out);
   // Collective over this communicator (ncclCommGrow on the existing ranks): a new communicator of
   // `nranks` ranks, more than this one's, where each rank keeps its rank and the new ranks join
-  // through the id. The id is the one some rank passes (`id` null elsewhere); none or two different
-  // ones are invalid_argument on every rank alike. `abort` as for split.
+  // through the id. The id is the one some rank passes (`id` null elsewhere). No id, two different
+  // ones, one that is not an id, or ranks that disagree on `nranks` are invalid_argument on every
+  // rank alike. `abort` as for split.
   Status grow(const UniqueId* id, int nranks, const Options& options, std::atomic<bool>* abort,
               std::unique_ptr<Communicator>* out);
 

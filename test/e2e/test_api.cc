@@ -309,9 +309,10 @@ void group_error_v(Reporter& report, Slab& slab) {
 
 // ncclCommGrow (NCCL 2.29) from this one thread inside groups: 2 ranks grow to 4, then the same 2
 // to 3, each existing rank keeping its rank and the new ranks joining through the id. The first time
-// the rank that made the id passes it, the second time neither existing rank passes one (the maker's
-// own is taken). A grow where no existing rank has an id fails on both alike, and the parents stay
-// usable. Each grown communicator's collectives are checked, and the parents' after them.
+// the rank that made the id passes it, as NCCL's header says; the second time neither existing rank
+// passes one, which Purlin also accepts (the maker's own is taken). Grows where no existing rank has
+// an id, or where the ranks disagree on the total, fail on both alike, and the parents stay usable.
+// Each grown communicator's collectives are checked, and the parents' after them.
 void grow_in_group(Reporter& report, Slab& slab) {
   constexpr int n = 2;
   ncclUniqueId id;
@@ -341,18 +342,24 @@ void grow_in_group(Reporter& report, Slab& slab) {
       if (c) report.expect(ncclCommDestroy(c), "ncclCommDestroy of a grown communicator");
     if (shaped(report, comms, n, what + ", the parents")) grouped_calls(report, slab, comms, n, what + ", the parents");
   }
-  ncclComm_t none[n] = {};
-  report.expect(ncclGroupStart(), "ncclGroupStart");
-  for (int i = 0; i < n; ++i)
-    report.expect(ncclCommGrow(comms[i], 3, nullptr, -1, &none[i], nullptr), "ncclCommGrow with no id", comms[i]);
-  report.expect(ncclGroupEnd(), "ncclGroupEnd after grows with no id", nullptr, ncclInvalidArgument);
-  if (shaped(report, comms, n, "after a grow with no id"))
-    grouped_calls(report, slab, comms, n, "after a grow with no id");
-  for (int i = 0; i < n; ++i) {
+  for (const bool with_id : {false, true}) {
+    // Without an id; with one, but the ranks disagree on the total (3 and 4).
+    const std::string what = with_id ? "grows to different totals" : "grows with no id";
+    ncclUniqueId grow_id;
+    if (with_id) report.expect(ncclCommGetUniqueId(comms[0], &grow_id), what + ": ncclCommGetUniqueId", comms[0]);
+    ncclComm_t failed[n] = {};
+    report.expect(ncclGroupStart(), "ncclGroupStart");
+    for (int i = 0; i < n; ++i)
+      report.expect(ncclCommGrow(comms[i], with_id ? 3 + i : 3, with_id && i == 0 ? &grow_id : nullptr, -1, &failed[i],
+                                 nullptr),
+                    what, comms[i]);
+    report.expect(ncclGroupEnd(), "ncclGroupEnd after " + what, nullptr, ncclInvalidArgument);
     // Made in the group and failed at its end: in the error state, which ncclCommAbort frees.
-    if (none[i]) report.expect(ncclCommAbort(none[i]), "ncclCommAbort of a failed grow's communicator");
-    report.expect(ncclCommDestroy(comms[i]), "ncclCommDestroy");
+    for (int i = 0; i < n; ++i)
+      if (failed[i]) report.expect(ncclCommAbort(failed[i]), "ncclCommAbort of a failed grow's communicator");
+    if (shaped(report, comms, n, "after " + what)) grouped_calls(report, slab, comms, n, "after " + what);
   }
+  for (int i = 0; i < n; ++i) report.expect(ncclCommDestroy(comms[i]), "ncclCommDestroy");
 }
 
 // NCCL_COMM_BLOCKING (0 or 1) overrides a config's blocking, as in NCCL: a 1-rank communicator

@@ -159,8 +159,8 @@ void communicator_calls(ncclComm_t comm, const std::string& log_file) {
          "unknown stat");
   expect(ncclCommMemStats(nullptr, ncclStatGpuMemTotal, &value), ncclInvalidArgument, "ncclCommMemStats", "comm NULL");
 
-  // Growing: NCCL's argument checks, then one rank more, joining from another thread; the rank
-  // that made the id passes none (its own is taken).
+  // Growing: NCCL's argument checks, then one rank more, joining from another thread, as NCCL's
+  // header has it: the existing rank that made the id passes it, the new rank its rank.
   ncclUniqueId id;
   expect(ncclCommGetUniqueId(comm, nullptr), ncclInvalidArgument, "ncclCommGetUniqueId", "uniqueId NULL");
   expect(ncclCommGetUniqueId(comm, &id), ncclSuccess, "ncclCommGetUniqueId", "an id to grow with");
@@ -176,7 +176,7 @@ void communicator_calls(ncclComm_t comm, const std::string& log_file) {
     ncclComm_t joined = nullptr;
     ncclResult_t joined_rc = ncclInternalError;
     std::thread joiner([&] { joined_rc = ncclCommGrow(nullptr, 2, &id, 1, &joined, nullptr); });
-    expect(ncclCommGrow(comm, 2, nullptr, -1, &grown, nullptr), ncclSuccess, "ncclCommGrow", "1 rank to 2");
+    expect(ncclCommGrow(comm, 2, &id, -1, &grown, nullptr), ncclSuccess, "ncclCommGrow", "1 rank to 2");
     joiner.join();
     check(joined_rc == ncclSuccess, std::string("ncclCommGrow of the new rank: ") + ncclGetErrorString(joined_rc));
     int ranks[2] = {-1, -1}, counts[2] = {-1, -1};

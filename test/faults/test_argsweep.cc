@@ -194,6 +194,9 @@ int main(int argc, char** argv) {
       {"ncclCommSplit", "newcomm NULL", A, [&] { return ncclCommSplit(comm, 0, 0, nullptr, nullptr); }},
       // A negative colour other than NCCL_SPLIT_NOCOLOR is no error: it names a group, as in NCCL.
       {"ncclCommSplit", "config magic", A, [&] { return ncclCommSplit(comm, 0, 0, &out, &cfg_magic); }},
+      // As NCCL: a rank that joins no child does not read the config.
+      {"ncclCommSplit", "NOCOLOR, config magic", OK,
+       [&] { return ncclCommSplit(comm, NCCL_SPLIT_NOCOLOR, 0, &out, &cfg_magic); }},
       {"ncclCommShrink", "comm NULL", A, [&] { return ncclCommShrink(nullptr, out_of_range, 1, &out, nullptr, 0); }},
       {"ncclCommShrink", "a destroyed comm", A, [&] { return ncclCommShrink(dead, out_of_range, 1, &out, nullptr, 0); }},
       {"ncclCommShrink", "newcomm NULL", A, [&] { return ncclCommShrink(comm, out_of_range, 1, nullptr, nullptr, 0); }},

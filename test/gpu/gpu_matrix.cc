@@ -10,7 +10,10 @@
 // (test/common/chains.h), eager and captured.
 //
 // Usage: test_gpu_matrix [--ranks N] [--threads] [--graph] [--quick] [--filter NAME] [--gpus G] [--memalloc]
+//                        [--grow]
 // --memalloc: the buffers come from ncclMemAlloc (cuMem, as nccl-tests allocates) instead of cudaMalloc.
+// --grow (processes, N >= 2): the communicator is grown (ncclCommGrow) from one of the first N-1
+// ranks, whose rank 0 makes the id and hands it to the last rank; the first one is then destroyed.
 // Rank r runs on device r % G; G defaults to 1 (every rank on device 0), 0 means every visible one.
 // --filter NAME runs one collective (AllReduce, Broadcast, ...) or the chains (Chain). Prints "N passed, N failed" (or a
 // skip line when no GPU is usable) and exits non-zero on failure, on an unknown argument, on a
@@ -76,6 +79,7 @@ struct Options {
   std::string filter;
   int gpus = 1;
   bool memalloc = false;
+  bool grow = false;
 };
 
 std::uint64_t mix(std::uint64_t x) { return rng::splitmix(x); }
@@ -667,6 +671,38 @@ void run_rank(Rank& R, const Options& o) {
   CUDA_OK(cudaStreamSynchronize(R.stream));
 }
 
+// --grow: ranks 0..n-2 make a communicator, rank 0 makes the id to grow it by and writes it to
+// the pipe, which the last rank reads; all n grow it (the existing ranks keep their ranks); the
+// first communicator is destroyed.
+bool grow_comm(int r, int n, const ncclUniqueId& id, const int grow_pipe[2], ncclComm_t* out) {
+  ncclUniqueId grow_id{};
+  ncclResult_t rc = ncclSuccess;
+  if (r < n - 1) {
+    ncclComm_t first = nullptr;
+    if (ncclCommInitRank(&first, n - 1, id, r) != ncclSuccess) {
+      std::printf("FAIL init rank %d of %d: %s\n", r, n - 1, ncclGetLastError(nullptr));
+      return false;
+    }
+    if (r == 0) {
+      if (ncclCommGetUniqueId(first, &grow_id) != ncclSuccess ||
+          write(grow_pipe[1], &grow_id, sizeof(grow_id)) != static_cast<ssize_t>(sizeof(grow_id))) {
+        std::printf("FAIL rank 0: an id to grow with: %s\n", ncclGetLastError(first));
+        return false;
+      }
+    }
+    rc = ncclCommGrow(first, n, r == 0 ? &grow_id : nullptr, -1, out, nullptr);
+    ncclCommDestroy(first);
+  } else {
+    if (read(grow_pipe[0], &grow_id, sizeof(grow_id)) != static_cast<ssize_t>(sizeof(grow_id))) {
+      std::printf("FAIL rank %d: no id to grow with\n", r);
+      return false;
+    }
+    rc = ncclCommGrow(nullptr, n, &grow_id, r, out, nullptr);
+  }
+  if (rc != ncclSuccess) std::printf("FAIL rank %d: ncclCommGrow: %s\n", r, ncclGetLastError(nullptr));
+  return rc == ncclSuccess;
+}
+
 int usable_gpus() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
@@ -688,11 +724,16 @@ int main(int argc, char** argv) {
     else if (a == "--filter" && i + 1 < argc) o.filter = argv[++i];
     else if (a == "--gpus" && i + 1 < argc) o.gpus = std::atoi(argv[++i]);
     else if (a == "--memalloc") o.memalloc = true;
+    else if (a == "--grow") o.grow = true;
     else {
       std::fprintf(stderr, "test_gpu_matrix: bad argument '%s'\nusage: test_gpu_matrix [--ranks N] [--threads] "
-                   "[--graph] [--quick] [--filter NAME] [--gpus G] [--memalloc]\n", a.c_str());
+                   "[--graph] [--quick] [--filter NAME] [--gpus G] [--memalloc] [--grow]\n", a.c_str());
       return 2;
     }
+  }
+  if (o.grow && (o.threads || o.ranks < 2)) {
+    std::fprintf(stderr, "test_gpu_matrix: --grow needs processes and at least 2 ranks\n");
+    return 2;
   }
   if (cases(o, o.ranks).empty() && o.filter != "Chain") {
     std::printf("FAIL --filter %s names no collective (", o.filter.c_str());
@@ -745,8 +786,8 @@ int main(int argc, char** argv) {
   } else {
     ncclUniqueId id;
     if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
-    int pipes[2];
-    if (pipe(pipes) != 0) return 1;
+    int pipes[2], grow_pipe[2];
+    if (pipe(pipes) != 0 || pipe(grow_pipe) != 0) return 1;
     ranks::Group group(o.ranks, [&](int r) {
       close(pipes[0]);
       if (usable_gpus() == 0) {
@@ -759,8 +800,12 @@ int main(int argc, char** argv) {
       R.n = o.ranks;
       CUDA_OK(cudaSetDevice(device_of(r)));
       CUDA_OK(cudaStreamCreateWithFlags(&R.stream, cudaStreamNonBlocking));
-      if (ncclCommInitRank(&R.comm, o.ranks, id, r) != ncclSuccess) {
-        std::printf("FAIL init rank %d\n", r);
+      if (!o.grow) {
+        if (ncclCommInitRank(&R.comm, o.ranks, id, r) != ncclSuccess) {
+          std::printf("FAIL init rank %d\n", r);
+          return 2;
+        }
+      } else if (!grow_comm(r, o.ranks, id, grow_pipe, &R.comm)) {
         return 2;
       }
       run_rank(R, o);
@@ -796,9 +841,9 @@ int main(int argc, char** argv) {
     failed = 1;
   }
   const int gpus = o.gpus == 1 ? 1 : gpus_used();  // every rank has finished with CUDA by now
-  std::printf("%s %d ranks on %d GPU%s (%s%s): %d passed, %d failed\n", failed ? "FAILED" : "OK", o.ranks, gpus,
-              gpus == 1 ? "" : "s", o.threads ? "threads" : "processes", o.graph ? ", eager and graph" : ", eager",
-              passed, failed);
+  std::printf("%s %d ranks on %d GPU%s (%s%s%s): %d passed, %d failed\n", failed ? "FAILED" : "OK", o.ranks, gpus,
+              gpus == 1 ? "" : "s", o.threads ? "threads" : "processes", o.grow ? ", grown" : "",
+              o.graph ? ", eager and graph" : ", eager", passed, failed);
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <initializer_list>
 #include <mutex>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -536,12 +537,11 @@ NCCL_API(ncclResult_t, ncclCommGetUniqueId, ncclComm_t comm, ncclUniqueId* uniqu
   if (uniqueId == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommGetUniqueId: uniqueId is NULL");
   if (!config().comm_id.empty())
     return fail(comm, ncclInvalidUsage, "ncclCommGetUniqueId should not be called when NCCL_COMM_ID is set");
-  auto id = std::make_unique<purlin::UniqueId>();
-  if (Status s = make_unique_id(id.get(), IdFor::child); s != Status::ok) return propagate(comm, s);
-  std::memset(uniqueId, 0, sizeof(*uniqueId));
-  std::memcpy(uniqueId, id.get(), sizeof(*id));
+  purlin::UniqueId id{};
+  if (Status s = make_unique_id(&id, IdFor::child); s != Status::ok) return propagate(comm, s);
+  std::memcpy(uniqueId, &id, sizeof(id));  // the same size (ncclGetUniqueId asserts it)
   std::lock_guard<std::mutex> g(comm->mutex);
-  comm->grow_id = std::move(id);
+  comm->grow_id = id;
   return ncclSuccess;
 }
 
@@ -574,21 +574,20 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
   // The id offered: the one passed, else the one this rank made. Either way the id this rank made
   // is used up here, as NCCL's ids are single-use. It is checked among the existing ranks, so that
   // a bad one fails them all alike.
-  std::shared_ptr<purlin::UniqueId> offer;
+  std::optional<purlin::UniqueId> offer;
   {
     std::lock_guard<std::mutex> g(comm->mutex);
-    if (uniqueId) {
-      offer = std::make_shared<purlin::UniqueId>();
-      std::memcpy(offer.get(), uniqueId, sizeof(*offer));
-    } else if (comm->grow_id) {
-      offer = std::make_shared<purlin::UniqueId>(*comm->grow_id);
-    }
+    offer = comm->grow_id;
     comm->grow_id.reset();
+  }
+  if (uniqueId) {
+    offer.emplace();
+    std::memcpy(&*offer, uniqueId, sizeof(*offer));
   }
   log::info(log::kInit, "ncclCommGrow: existing rank creating new communicator with {} total ranks", nRanks);
   return new_child(fn, comm, config, true, newcomm, Placement{Placement::Kind::grow, 0, comm->rank},
                    [comm, offer, nRanks](const snac::Communicator::Options& o, std::atomic<bool>* abort, auto* out) {
-                     return comm->impl->grow(offer.get(), nRanks, o, abort, out);
+                     return comm->impl->grow(offer ? &*offer : nullptr, nRanks, o, abort, out);
                    });
 }
 

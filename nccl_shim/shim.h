@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,7 +52,7 @@ struct ncclComm {
   std::string last_error;
   std::string failure;  // why async_error holds an error the shim set (a refused call, a failed group)
   // The id this rank made with ncclCommGetUniqueId for growing, until a grow consumes it (mutex).
-  std::unique_ptr<purlin::UniqueId> grow_id;
+  std::optional<purlin::UniqueId> grow_id;
 
   // User reduction operators. A handle is ncclNumOps + slot + (generation << 16): a slot is reused
   // after ncclRedOpDestroy with the next generation, so a destroyed handle is never taken for the

@@ -111,6 +111,7 @@ Config read_config() {
   c.check_pointers = env("NCCL_CHECK_POINTERS") == "1";
   // An integer as NCCL reads it: any value but 0 (text that is no number reads as 0) turns it off.
   c.mem_manager_disabled = std::strtoll(env("NCCL_DISABLE_MEM_MANAGER").c_str(), nullptr, 0) != 0;
+  c.multi_rank_gpu = std::strtoll(env("NCCL_MULTI_RANK_GPU_ENABLE").c_str(), nullptr, 0) != 0;
   c.nvls_requested = env("PURLIN_NVLS") == "1" && !c.nvls_disabled;  // NCCL_NVLS_ENABLE=0 is a hard off
 
   std::string dp = env("PURLIN_DATAPATH");
@@ -183,6 +184,7 @@ void log_config(const Config& c) {
   if (!c.comm_id.empty()) log::info(log::kEnv, "NCCL_COMM_ID set by environment to {}", c.comm_id);
   if (c.comm_blocking >= 0) log::info(log::kEnv, "NCCL_COMM_BLOCKING set by environment to {}", c.comm_blocking);
   if (!c.socket_ifname.empty()) log::info(log::kEnv, "NCCL_SOCKET_IFNAME set by environment to {}", c.socket_ifname);
+  if (c.multi_rank_gpu) log::info(log::kEnv, "NCCL_MULTI_RANK_GPU_ENABLE set by environment: ranks may share a GPU");
   if (!c.host_id.empty()) log::info(log::kEnv, "PURLIN_HOST_ID set by environment to {}", c.host_id);
   if (!c.nccl_library.empty()) log::info(log::kEnv, "PURLIN_NCCL_LIBRARY set by environment to {}", c.nccl_library);
   if (c.fallback_ops)

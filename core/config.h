@@ -45,6 +45,7 @@ struct Config {
   bool check_pointers = false;   // NCCL_CHECK_POINTERS=1: every call asks the driver where its buffers live
   int lsa_team_size = 0;         // NCCL_LSA_TEAM_SIZE: caps the size of ncclTeamLsa's teams (0: unset)
   bool mem_manager_disabled = false;  // NCCL_DISABLE_MEM_MANAGER other than 0: ncclCommMemStats is refused
+  bool multi_rank_gpu = false;   // NCCL_MULTI_RANK_GPU_ENABLE other than 0: ranks of a host may share a GPU
 
   // Purlin's own.
   DatapathChoice datapath = DatapathChoice::automatic;  // PURLIN_DATAPATH=sm|host|auto

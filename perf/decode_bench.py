@@ -213,7 +213,8 @@ def run_config(args: argparse.Namespace, library: str, tp: int, logs: Path) -> d
     for rank in range(tp):
         env = dict(os.environ)
         env.update(RANK=str(rank), WORLD_SIZE=str(tp), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), NCCL_NVLS_ENABLE="0", BENCH_RESULT=str(result_path),
+                   MASTER_PORT=str(port), NCCL_NVLS_ENABLE="0", NCCL_MULTI_RANK_GPU_ENABLE="1",
+                   BENCH_RESULT=str(result_path),
                    PURLIN_TIMEOUT=env.get("PURLIN_TIMEOUT", "60"))
         preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and "libnccl" not in p]
         if library == "ours":

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -135,5 +136,8 @@ int main(int argc, char** argv) {
     std::fputs(usage_text().c_str(), stdout);
     return kExitOk;
   }
+  // Ranks beyond the GPU count share GPUs (local rank modulo the count): NCCL 2.30, and the library
+  // as NCCL, allow that only with NCCL_MULTI_RANK_GPU_ENABLE, set here unless the caller did.
+  ::setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 0);
   return launch(options, [&](const RankContext& ctx) { return run_rank(options, ctx); });
 }

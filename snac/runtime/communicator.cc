@@ -121,6 +121,16 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Opti
   PURLIN_TRY(comm->bootstrap_->all_gather(&mine, sizeof(Hello), all.data()));
   std::vector<std::uint64_t> hosts(static_cast<std::size_t>(nranks));
   for (int r = 0; r < nranks; ++r) hosts[r] = all[r].host;
+  // As NCCL: two ranks of one host on one GPU only with NCCL_MULTI_RANK_GPU_ENABLE. Every rank sees
+  // the same table, so all of them fail alike.
+  if (!config().multi_rank_gpu)
+    for (int r = 0; r < nranks; ++r)
+      for (int q = 0; q < r; ++q)
+        if (all[r].gpu != 0 && all[r].gpu == all[q].gpu && all[r].host == all[q].host)
+          return fail(Status::invalid_usage,
+                      fmt::format("Multiple Ranks are using the same GPU/Partition. Set NCCL_MULTI_RANK_GPU_ENABLE=1 "
+                                  "to enable this configuration. (ranks {} and {})",
+                                  q, r));
   comm->layout_ = HostLayout::from_ids(hosts);
   if (comm->layout_.hosts() > 1) comm->declined_ = fmt::format("the ranks span {} hosts", comm->layout_.hosts());
   else if (nranks > kMaxRanks)

@@ -24,7 +24,12 @@
 
 namespace loopback {
 
-inline void use() { ::setenv("NCCL_SOCKET_IFNAME", "lo", 1); }
+// The tests also run several ranks on one GPU where the machine has fewer GPUs than ranks; as in
+// NCCL 2.30, that needs NCCL_MULTI_RANK_GPU_ENABLE, which use() sets unless the caller did.
+inline void use() {
+  ::setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  ::setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 0);
+}
 
 struct Listener {
   pid_t pid;

@@ -376,6 +376,9 @@ int child(int rank, int n, int gpus, const ncclUniqueId& id) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // The caller's NCCL_MULTI_RANK_GPU_ENABLE, before loopback::use() sets it: NCCL decides with it.
+  const char* multi_env = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+  const std::string multi = multi_env ? multi_env : "";
   loopback::use();
   int nranks = 1, hosts = 1, child_rank = -1;
   std::string ids;
@@ -403,8 +406,7 @@ int main(int argc, char** argv) {
   }
   if (child_rank >= 0) return child(child_rank, nranks, gpus, id_of(ids));
 
-  const char* multi = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
-  if (nranks > gpus && !(multi && std::string(multi) == "1")) {
+  if (nranks > gpus && multi != "1") {
     std::printf("SKIP: %d ranks on %d GPU(s): NCCL before 2.30 refuses several ranks on one GPU (\"Duplicate GPU "
                 "detected\"); run with NCCL 2.30 or later and NCCL_MULTI_RANK_GPU_ENABLE=1, or on %d GPUs\n",
                 nranks, gpus, nranks);

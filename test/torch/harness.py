@@ -124,6 +124,9 @@ def rank_env(rank: int, world: int, port: int, logdir: Path, preload: bool,
         "NCCL_NVLS_ENABLE": "0",
         # The bootstrap on loopback: no test's traffic reaches another interface.
         "NCCL_SOCKET_IFNAME": "lo",
+        # Ranks share the GPU where there are fewer GPUs than ranks: NCCL 2.30, and the library as
+        # NCCL, allow that only with this set.
+        "NCCL_MULTI_RANK_GPU_ENABLE": "1",
         # INFO, one log file per process: the ranks look for our INFO lines in their own.
         "NCCL_DEBUG": "INFO",
         "NCCL_DEBUG_FILE": str(logdir / "nccl.%p.log"),

@@ -41,7 +41,9 @@ constexpr Case kCases[] = {
     {"two GPUs, variable unset", nullptr, true, true},
 };
 
-std::int64_t value(int rank, std::size_t i) { return static_cast<std::int64_t>((i * 2654435761u + rank * 97u) % 100003u) - 50000; }
+std::int64_t value(int rank, std::size_t i) {
+  return static_cast<std::int64_t>((i * 2654435761u + static_cast<std::size_t>(rank) * 97u) % 100003u) - 50000;
+}
 
 // One rank: checks counted into *passed, failures returned.
 int run_rank(const Case& c, int me, const ncclUniqueId& id, int* passed) {

@@ -27,6 +27,7 @@ struct Vmm {
   decltype(&::cuMemImportFromShareableHandle) import_handle = nullptr;
   decltype(&::cuMemRetainAllocationHandle) retain = nullptr;
   decltype(&::cuPointerGetAttributes) attributes = nullptr;
+  decltype(&::cuMemGetAddressRange) address_range = nullptr;
   bool found = false;
 };
 
@@ -54,7 +55,8 @@ const Vmm& vmm() {
               entry("cuMemUnmap", &v.unmap) && entry("cuMemSetAccess", &v.set_access) &&
               entry("cuMemExportToShareableHandle", &v.export_handle) &&
               entry("cuMemImportFromShareableHandle", &v.import_handle) &&
-              entry("cuMemRetainAllocationHandle", &v.retain) && entry("cuPointerGetAttributes", &v.attributes);
+              entry("cuMemRetainAllocationHandle", &v.retain) && entry("cuPointerGetAttributes", &v.attributes) &&
+              entry("cuMemGetAddressRange", &v.address_range);
     return v;
   }();
   return v;
@@ -216,6 +218,24 @@ void vmm_free(VmmMapping* m) {
   vmm_unmap(m);
   vmm().address_free(reinterpret_cast<CUdeviceptr>(m->ptr), m->bytes);
   *m = VmmMapping{};
+}
+
+Status vmm_free_foreign(void* ptr) {
+  const Vmm& v = vmm();
+  if (!v.found) return fail(Status::cuda_error, "cuMem: the driver's virtual memory functions were not found");
+  CUmemGenericAllocationHandle handle = 0;
+  PURLIN_TRY(drv(v.retain(&handle, ptr), "cuMemRetainAllocationHandle"));
+  PURLIN_TRY(drv(v.release(handle), "cuMemRelease"));  // the reference the retain took
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  const auto at = reinterpret_cast<CUdeviceptr>(ptr);
+  PURLIN_TRY(drv(v.address_range(&base, &size, at), "cuMemGetAddressRange"));
+  // NCCL's cuMemUnmap of a pointer inside a mapping fails here, after its retain and release too.
+  if (base != at)
+    return fail(Status::cuda_error, fmt::format("cuMemUnmap: {} is inside the mapping at {:#x}, not its start", ptr, base));
+  PURLIN_TRY(drv(v.unmap(at, size), "cuMemUnmap"));
+  PURLIN_TRY(drv(v.release(handle), "cuMemRelease"));  // the creator's reference
+  return drv(v.address_free(at, size), "cuMemAddressFree");
 }
 
 void vmm_unmap(VmmMapping* m) {

@@ -44,6 +44,11 @@ Status vmm_import_fd(int fd, std::size_t bytes, int device, VmmMapping* out);
 // Unmaps and drops this process's reference (exported or imported), and gives back the address
 // range; a mapping that vmm_unmap left empty gives back its range only.
 void vmm_free(VmmMapping* m);
+// Frees a cuMem mapping made elsewhere in the process, as NCCL's ncclMemFree frees any: unmaps the
+// mapping that starts at `ptr`, drops its creator's reference to the physical memory (which goes
+// once no other mapping holds it) and gives back the range, which must be the mapping's own size.
+// A pointer that names no cuMem allocation, or one inside a mapping, fails with nothing changed.
+Status vmm_free_foreign(void* ptr);
 // Suspending memory: unmaps the physical memory and drops this process's reference to it (handle 0)
 // but keeps the address range reserved, so that pointers into it (kernel arguments, captured graphs)
 // name the memory mapped there again by vmm_remap or vmm_import_fd_at. The physical memory is freed

@@ -149,16 +149,24 @@ NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
 NCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
   if (ptr == nullptr) return ncclSuccess;
   Allocation a;
+  bool ours = false;
   {
     std::lock_guard<std::mutex> g(g_alloc_mutex);
-    auto it = allocations().find(ptr);
-    // As NCCL, whose CUDA calls on such a pointer fail: ncclUnhandledCudaError.
-    if (it == allocations().end())
-      return fail(nullptr, ncclUnhandledCudaError, fmt::format("ncclMemFree: {} was not allocated by ncclMemAlloc", ptr));
-    a = it->second;
-    allocations().erase(it);
+    if (auto it = allocations().find(ptr); it != allocations().end()) {
+      a = it->second;
+      allocations().erase(it);
+      ours = true;
+    }
   }
 #if defined(PURLIN_HAVE_CUDA)
+  // Memory of another allocator, as NCCL frees it: a cuMem mapping is unmapped and released (any
+  // other pointer fails there, with ncclUnhandledCudaError); with cuMem off, cudaFree.
+  if (!ours && !config().cumem_disabled) {
+    if (cuda::vmm_free_foreign(ptr) != Status::ok)
+      return fail(nullptr, ncclUnhandledCudaError,
+                  fmt::format("ncclMemFree: {} is not the start of a cuMem mapping: {}", ptr, last_error()));
+    return ncclSuccess;
+  }
   if (a.cumem) {
     cuda::VmmMapping m{a.ptr, a.bytes, a.handle};
     cuda::vmm_free(&m);
@@ -169,8 +177,12 @@ NCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
     cudaGetLastError();
     return fail(nullptr, ncclUnhandledCudaError, fmt::format("ncclMemFree: cudaFree failed: {}", cudaGetErrorString(e)));
   }
-#endif
   return ncclSuccess;
+#else
+  // No CUDA runtime: nothing can have been allocated, as ncclMemAlloc says.
+  (void)ours;
+  return fail(nullptr, ncclUnhandledCudaError, fmt::format("ncclMemFree: {} was not allocated by ncclMemAlloc", ptr));
+#endif
 }
 
 NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size, void** handle) {

@@ -20,21 +20,13 @@
 #include "test/common/loopback.h"
 #include "test/common/rank_results.h"
 #include "test/common/ranks.h"
+#include "test/common/tally.h"
 
 namespace {
 
 constexpr int kNoGpu = 77;
 
-int g_passed = 0, g_failed = 0;
-
-void check(bool ok, const std::string& what) {
-  if (ok) {
-    ++g_passed;
-    return;
-  }
-  ++g_failed;
-  std::printf("FAIL %s\n", what.c_str());
-}
+using tally::check;
 
 template <class Fn>
 Fn driver(const char* name) {
@@ -128,8 +120,8 @@ int with_cumem() {
   }
   int host = 0;
   check(ncclMemFree(&host) == ncclUnhandledCudaError, "ncclMemFree of host memory");
-  std::printf("cuMem on: %d passed, %d failed\n", g_passed, g_failed);
-  return g_failed ? 1 : 0;
+  std::printf("cuMem on: %d passed, %d failed\n", tally::passed, tally::failed);
+  return tally::failed ? 1 : 0;
 }
 
 int without_cumem() {
@@ -139,8 +131,8 @@ int without_cumem() {
   void* ours = nullptr;
   check(ncclMemAlloc(&ours, 1 << 20) == ncclSuccess && ours && usable(ours), "PURLIN_CUMEM=0: ncclMemAlloc");
   if (ours) check(ncclMemFree(ours) == ncclSuccess && !live(ours), "PURLIN_CUMEM=0: ncclMemFree");
-  std::printf("cuMem off: %d passed, %d failed\n", g_passed, g_failed);
-  return g_failed ? 1 : 0;
+  std::printf("cuMem off: %d passed, %d failed\n", tally::passed, tally::failed);
+  return tally::failed ? 1 : 0;
 }
 
 }  // namespace

@@ -24,10 +24,11 @@
 #include "nccl_shim/nccl_next.h"
 #include "test/common/loopback.h"
 #include "test/common/ranks.h"
+#include "test/common/tally.h"
 
 namespace {
 
-int g_failed = 0, g_passed = 0;
+using tally::check;
 
 // NCCL's header marks ncclResetDebugInit deprecated; it is exported and tested all the same.
 void reset_debug() {
@@ -35,15 +36,6 @@ void reset_debug() {
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
   ncclResetDebugInit();
 #pragma GCC diagnostic pop
-}
-
-void check(bool ok, const std::string& what) {
-  if (ok) {
-    ++g_passed;
-    return;
-  }
-  ++g_failed;
-  std::printf("FAIL %s\n", what.c_str());
 }
 
 // `rc` is `want` and, for an error, the last error names the function.
@@ -517,9 +509,9 @@ void parameters(bool dump_all) {
   }
   check(ncclCommDestroy(comm) == ncclSuccess, "ncclCommDestroy");
   std::printf("%s: %d passed, %d failed\n", dump_all ? "NCCL_PARAM_DUMP_ALL=true NCCL_DISABLE_MEM_MANAGER=1" : "default",
-              g_passed, g_failed);
+              tally::passed, tally::failed);
   std::fflush(stdout);
-  std::_Exit(g_failed == 0 && g_passed > 0 ? 0 : 1);
+  std::_Exit(tally::failed == 0 && tally::passed > 0 ? 0 : 1);
 }
 
 }  // namespace

@@ -55,8 +55,9 @@ const Vmm& vmm() {
               entry("cuMemUnmap", &v.unmap) && entry("cuMemSetAccess", &v.set_access) &&
               entry("cuMemExportToShareableHandle", &v.export_handle) &&
               entry("cuMemImportFromShareableHandle", &v.import_handle) &&
-              entry("cuMemRetainAllocationHandle", &v.retain) && entry("cuPointerGetAttributes", &v.attributes) &&
-              entry("cuMemGetAddressRange", &v.address_range);
+              entry("cuMemRetainAllocationHandle", &v.retain) && entry("cuPointerGetAttributes", &v.attributes);
+    // Only ncclMemFree of another allocator's mapping needs it: its absence costs nothing else.
+    entry("cuMemGetAddressRange", &v.address_range);
     return v;
   }();
   return v;
@@ -222,7 +223,8 @@ void vmm_free(VmmMapping* m) {
 
 Status vmm_free_foreign(void* ptr) {
   const Vmm& v = vmm();
-  if (!v.found) return fail(Status::cuda_error, "cuMem: the driver's virtual memory functions were not found");
+  if (!v.found || !v.address_range)
+    return fail(Status::cuda_error, "cuMem: the driver's virtual memory functions were not found");
   CUmemGenericAllocationHandle handle = 0;
   PURLIN_TRY(drv(v.retain(&handle, ptr), "cuMemRetainAllocationHandle"));
   PURLIN_TRY(drv(v.release(handle), "cuMemRelease"));  // the reference the retain took

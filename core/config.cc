@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
+
+#include <strings.h>
 
 #include "core/log.h"
 
@@ -108,10 +111,11 @@ Config read_config() {
   else if (!b.empty()) log::warn("NCCL_COMM_BLOCKING={} is not 0 or 1; ignored", b);
   c.socket_ifname = env("NCCL_SOCKET_IFNAME");
   c.nvls_disabled = env("NCCL_NVLS_ENABLE") == "0";
-  c.check_pointers = env("NCCL_CHECK_POINTERS") == "1";
-  // An integer as NCCL reads it: any value but 0 (text that is no number reads as 0) turns it off.
-  c.mem_manager_disabled = std::strtoll(env("NCCL_DISABLE_MEM_MANAGER").c_str(), nullptr, 0) != 0;
-  c.multi_rank_gpu = std::strtoll(env("NCCL_MULTI_RANK_GPU_ENABLE").c_str(), nullptr, 0) != 0;
+  // Integers as NCCL reads them: "0x1" is 1, "1abc" is 1, text that is no number reads as 0.
+  c.check_pointers = nccl_int(env("NCCL_CHECK_POINTERS"), 0) == 1;
+  c.local_register = nccl_int(env("NCCL_LOCAL_REGISTER"), 1) != 0;
+  c.mem_manager_disabled = nccl_int(env("NCCL_DISABLE_MEM_MANAGER"), 0) != 0;
+  c.multi_rank_gpu = nccl_int(env("NCCL_MULTI_RANK_GPU_ENABLE"), 0) != 0;
   c.nvls_requested = env("PURLIN_NVLS") == "1" && !c.nvls_disabled;  // NCCL_NVLS_ENABLE=0 is a hard off
 
   std::string dp = env("PURLIN_DATAPATH");
@@ -185,6 +189,8 @@ void log_config(const Config& c) {
   if (c.comm_blocking >= 0) log::info(log::kEnv, "NCCL_COMM_BLOCKING set by environment to {}", c.comm_blocking);
   if (!c.socket_ifname.empty()) log::info(log::kEnv, "NCCL_SOCKET_IFNAME set by environment to {}", c.socket_ifname);
   if (c.multi_rank_gpu) log::info(log::kEnv, "NCCL_MULTI_RANK_GPU_ENABLE set by environment: ranks may share a GPU");
+  if (c.check_pointers) log::info(log::kEnv, "NCCL_CHECK_POINTERS set by environment to 1");
+  if (!c.local_register) log::info(log::kEnv, "NCCL_LOCAL_REGISTER set by environment to 0: ncclCommRegister registers nothing");
   if (!c.host_id.empty()) log::info(log::kEnv, "PURLIN_HOST_ID set by environment to {}", c.host_id);
   if (!c.nccl_library.empty()) log::info(log::kEnv, "PURLIN_NCCL_LIBRARY set by environment to {}", c.nccl_library);
   if (c.fallback_ops)
@@ -336,6 +342,26 @@ std::optional<std::string> env_now(const char* name) {
   const char* v = std::getenv(name);
   if (v == nullptr) return std::nullopt;
   return std::string(v);
+}
+
+std::int64_t nccl_int(const std::optional<std::string>& text, std::int64_t fallback) {
+  if (!text || text->empty()) return fallback;
+  errno = 0;
+  const long long v = std::strtoll(text->c_str(), nullptr, 0);
+  return errno ? fallback : static_cast<std::int64_t>(v);
+}
+
+CheckMode check_mode_from(bool check_pointers, const std::optional<std::string>& mode) {
+  const auto is = [&](const char* name) { return mode && strcasecmp(mode->c_str(), name) == 0; };
+  if (is("DEBUG_GLOBAL")) return CheckMode::global;
+  if (is("DEBUG_LOCAL")) return CheckMode::local;
+  return check_pointers ? CheckMode::local : CheckMode::off;
+}
+
+CheckMode check_mode_now() {
+  const std::optional<std::string> mode = env_now("NCCL_CHECK_MODE");
+  if (mode) log::info(log::kEnv, "NCCL_CHECK_MODE set by environment to {}", *mode);
+  return check_mode_from(config().check_pointers, mode);
 }
 
 std::vector<EnvVariable> env_variables() {

@@ -33,6 +33,12 @@ inline constexpr std::uint32_t all = (1u << 12) - 1;
 // after its last phase's pushes, or when it ends.
 enum class PdlTrigger : int { start, last, exit };
 
+// NCCL 2.30's argument checks of a communicator (NCCL_CHECK_MODE): off (the default), local (every
+// call asks the driver about its buffers: NCCL_CHECK_MODE=DEBUG_LOCAL or NCCL_CHECK_POINTERS=1) or
+// global (NCCL_CHECK_MODE=DEBUG_GLOBAL: the local checks and, in NCCL, a check across the ranks of
+// their symmetric windows, which Purlin does not make).
+enum class CheckMode : int { off, local, global };
+
 struct Config {
   // NCCL's variables users already set.
   std::string debug;             // NCCL_DEBUG
@@ -42,7 +48,8 @@ struct Config {
   int comm_blocking = -1;        // NCCL_COMM_BLOCKING: 0 or 1 overrides every config's blocking (-1: unset)
   std::string socket_ifname;     // NCCL_SOCKET_IFNAME: interface(s) the bootstrap binds to
   bool nvls_disabled = false;    // NCCL_NVLS_ENABLE=0 is a hard off
-  bool check_pointers = false;   // NCCL_CHECK_POINTERS=1: every call asks the driver where its buffers live
+  bool check_pointers = false;   // NCCL_CHECK_POINTERS read as NCCL reads an integer, 1: local checks (CheckMode)
+  bool local_register = true;    // NCCL_LOCAL_REGISTER read as NCCL reads it, 0: ncclCommRegister registers nothing
   int lsa_team_size = 0;         // NCCL_LSA_TEAM_SIZE: caps the size of ncclTeamLsa's teams (0: unset)
   bool mem_manager_disabled = false;  // NCCL_DISABLE_MEM_MANAGER other than 0: ncclCommMemStats is refused
   bool multi_rank_gpu = false;   // NCCL_MULTI_RANK_GPU_ENABLE other than 0: ranks of a host may share a GPU
@@ -114,6 +121,15 @@ int apply_config_file(const std::string& path);
 
 // A variable as the environment holds it now, after the configuration files (nullopt when unset):
 // for NCCL's parameter API, which reads its variables anew on every call as NCCL does.
+// The check mode a communicator created now takes, as NCCL 2.30 sets it at every init and split:
+// NCCL_CHECK_POINTERS (read once per process, as NCCL caches it) and, over it, NCCL_CHECK_MODE (read
+// anew). check_mode_from is the rule alone: `mode` DEBUG_LOCAL or DEBUG_GLOBAL in any case, any
+// other text leaves the mode NCCL_CHECK_POINTERS set.
+CheckMode check_mode_from(bool check_pointers, const std::optional<std::string>& mode);
+CheckMode check_mode_now();
+// An integer variable as NCCL's parameters read one (strtoll in base 0, the digits it can read;
+// `fallback` when unset, empty or out of range).
+std::int64_t nccl_int(const std::optional<std::string>& text, std::int64_t fallback);
 std::optional<std::string> env_now(const char* name);
 
 // The process-wide configuration, read on first use.

@@ -28,6 +28,7 @@ struct Vmm {
   decltype(&::cuMemRetainAllocationHandle) retain = nullptr;
   decltype(&::cuPointerGetAttributes) attributes = nullptr;
   decltype(&::cuMemGetAddressRange) address_range = nullptr;
+  decltype(&::cuMemGetAllocationPropertiesFromHandle) properties = nullptr;
   bool found = false;
 };
 
@@ -58,6 +59,7 @@ const Vmm& vmm() {
               entry("cuMemRetainAllocationHandle", &v.retain) && entry("cuPointerGetAttributes", &v.attributes);
     // Only ncclMemFree of another allocator's mapping needs it: its absence costs nothing else.
     entry("cuMemGetAddressRange", &v.address_range);
+    entry("cuMemGetAllocationPropertiesFromHandle", &v.properties);  // ncclCommRegister's look at a buffer only
     return v;
   }();
   return v;
@@ -238,6 +240,47 @@ Status vmm_free_foreign(void* ptr) {
   PURLIN_TRY(drv(v.unmap(at, size), "cuMemUnmap"));
   PURLIN_TRY(drv(v.release(handle), "cuMemRelease"));  // the creator's reference
   return drv(v.address_free(at, size), "cuMemAddressFree");
+}
+
+Status registration_span(const void* ptr, std::size_t bytes, bool* host_backed) {
+  *host_backed = false;
+  const Vmm& v = vmm();
+  if (!v.found || !v.address_range || !v.properties)
+    return fail(Status::cuda_error, "cuMem: the driver's virtual memory functions were not found");
+  const auto at = reinterpret_cast<CUdeviceptr>(ptr);
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  PURLIN_TRY(drv(v.address_range(&base, &size, at), "cuMemGetAddressRange"));
+  unsigned memory_type = 0;
+  CUpointer_attribute type_attr = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+  void* type_out = &memory_type;
+  PURLIN_TRY(drv(v.attributes(1, &type_attr, &type_out, at), "cuPointerGetAttributes"));
+  if (memory_type == CU_MEMORYTYPE_HOST) {
+    *host_backed = true;
+    return Status::ok;
+  }
+  int legacy = 0;
+  CUpointer_attribute legacy_attr = CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE;
+  void* legacy_out = &legacy;
+  PURLIN_TRY(drv(v.attributes(1, &legacy_attr, &legacy_out, base), "cuPointerGetAttributes"));
+  if (legacy) return Status::ok;  // cudaMalloc memory: one allocation, as the driver sees it
+  // cuMem: every mapping the span touches, in order.
+  const CUdeviceptr end = at + bytes;
+  for (CUdeviceptr next = at; next < end;) {
+    PURLIN_TRY(drv(v.address_range(&base, &size, next), "cuMemGetAddressRange"));
+    if (!*host_backed) {
+      CUmemGenericAllocationHandle handle = 0;
+      PURLIN_TRY(drv(v.retain(&handle, reinterpret_cast<void*>(next)), "cuMemRetainAllocationHandle"));
+      CUmemAllocationProp prop{};
+      const Status s = drv(v.properties(&prop, handle), "cuMemGetAllocationPropertiesFromHandle");
+      v.release(handle);
+      PURLIN_TRY(s);
+      *host_backed = prop.location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    }
+    if (size == 0) break;  // no progress to be made: the driver named an empty range
+    next = (base ? base : next) + size;
+  }
+  return Status::ok;
 }
 
 void vmm_unmap(VmmMapping* m) {

@@ -49,6 +49,11 @@ void vmm_free(VmmMapping* m);
 // once no other mapping holds it) and gives back the range, which must be the mapping's own size.
 // A pointer that names no cuMem allocation, or one inside a mapping, fails with nothing changed.
 Status vmm_free_foreign(void* ptr);
+// What NCCL 2.30's ncclCommRegister (cuMem on) asks the driver of a buffer before it registers it:
+// fails with the driver's error where `ptr` lies in no CUDA allocation (NULL, pageable host memory,
+// freed memory) or, for cuMem memory, where a byte of [ptr, ptr + bytes) lies in no mapping; sets
+// *host_backed where the buffer is host memory or a mapping of it is (NCCL then registers nothing).
+Status registration_span(const void* ptr, std::size_t bytes, bool* host_backed);
 // Suspending memory: unmaps the physical memory and drops this process's reference to it (handle 0)
 // but keeps the address range reserved, so that pointers into it (kernel arguments, captured graphs)
 // name the memory mapped there again by vmm_remap or vmm_import_fd_at. The physical memory is freed

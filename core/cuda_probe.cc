@@ -171,19 +171,21 @@ int gpu_arch(int device) {
 #endif
 }
 
-int cuda_pointer_device(const void* ptr) {
+PointerFacts cuda_pointer_facts(const void* ptr) {
+  PointerFacts f;
 #if defined(PURLIN_HAVE_CUDA)
-  if (ptr == nullptr || cuda_device_count() == 0) return -1;
+  if (cuda_device_count() == 0) return f;
   cudaPointerAttributes a{};
   if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
     cudaGetLastError();
-    return -1;
+    return f;
   }
-  return a.type == cudaMemoryTypeDevice ? a.device : -1;
+  f.valid = a.devicePointer != nullptr;
+  f.device = a.type == cudaMemoryTypeDevice ? a.device : -1;
 #else
   (void)ptr;
-  return -1;
 #endif
+  return f;
 }
 
 }  // namespace purlin

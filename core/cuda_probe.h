@@ -29,8 +29,14 @@ int gpu_nvml_index(int device);
 int gpu_sm_count(int device);
 // A device's compute capability as 10 * major + minor (90 for sm_90); 0 for none.
 int gpu_arch(int device);
-// The device whose memory `ptr` points into, or -1 (host or managed memory, an unknown pointer, no
-// CUDA). About a microsecond: one cudaPointerGetAttributes.
-int cuda_pointer_device(const void* ptr);
+// What NCCL's pointer check (NCCL_CHECK_MODE) learns of `ptr` from one cudaPointerGetAttributes,
+// about a microsecond: whether a device can address it (device, pinned host or managed memory; not
+// NULL, pageable host memory or freed memory), and the device whose memory it is (-1: no device's).
+// Without CUDA nothing is valid.
+struct PointerFacts {
+  bool valid = false;
+  int device = -1;
+};
+PointerFacts cuda_pointer_facts(const void* ptr);
 
 }  // namespace purlin

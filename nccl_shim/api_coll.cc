@@ -79,6 +79,7 @@ ncclResult_t broadcast(const char* fn, const void* sendbuff, void* recvbuff, siz
   c.rooted = true;
   c.root = root;
   c.send_needed = comm && is_live(comm) && comm->rank == root;
+  c.probe_send = c.send_needed;  // NCCL asks about a Broadcast's send buffer on the root only
   if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
   if (count == 0) return ncclSuccess;
   const std::size_t es = size_of(t);
@@ -111,6 +112,7 @@ NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t 
   c.rooted = true;
   c.root = root;
   c.recv_needed = comm && is_live(comm) && comm->rank == root;
+  c.probe_recv = c.recv_needed;  // NCCL asks about a Reduce's receive buffer on the root only
   if (ncclResult_t e = check_coll(c, &t, &r); e != ncclSuccess) return e;
   if (count == 0) return ncclSuccess;
   const std::size_t es = size_of(t);

@@ -24,6 +24,20 @@
 namespace purlin::shim {
 namespace {
 
+// NCCL_CHECK_MODE as a communicator made now takes it. NCCL's DEBUG_GLOBAL also compares the ranks'
+// symmetric windows at every collective; that check is not made here (said once per process).
+CheckMode check_mode() {
+  const CheckMode m = check_mode_now();
+  if (m == CheckMode::global) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      log::warn("NCCL_CHECK_MODE=DEBUG_GLOBAL: each call's buffers are checked on its own rank (as DEBUG_LOCAL); "
+                "the check across ranks of their symmetric windows is not made");
+    });
+  }
+  return m;
+}
+
 // The parts of ncclConfig_t we honour.
 struct Settings {
   bool blocking = true;
@@ -176,6 +190,7 @@ ncclResult_t start_comm(const char* fn, ncclComm_t* out, int nranks, const purli
   comm->nranks = nranks;
   comm->device = device;
   comm->blocking = settings.blocking;
+  comm->check_mode = check_mode();
   register_comm(comm);
   auto work = [fn, comm, id, rank, nranks] { return init_work(fn, comm, id, rank, nranks); };
   if (comm->blocking && group_depth() > 0) {
@@ -291,6 +306,7 @@ ncclResult_t new_child(const char* fn, ncclComm* parent, const ncclConfig_t* con
     child->nranks = 0;
     child->device = parent->device;
     child->blocking = settings.blocking;
+    child->check_mode = check_mode();
     child->async_error.store(ncclInProgress);
     register_comm(child);
     if (log::enabled(log::Level::info, log::kInit))

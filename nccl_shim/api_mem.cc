@@ -50,16 +50,22 @@ ncclResult_t needs_gpu(ncclComm* comm, const char* fn) {
               fmt::format("{}: needs a communicator on a GPU datapath; this one serves the host datapath", fn));
 }
 
-ncclResult_t add_registration(ncclComm* comm, const char* fn, void* buff, size_t size, bool window, int flags,
-                              ncclComm::Registration** out) {
-  if (buff == nullptr || size == 0)
-    return fail(comm, ncclInvalidArgument, fmt::format("{}: buffer {} of {} bytes cannot be registered", fn, buff, size));
-  if (comm->device < 0) return needs_gpu(comm, fn);
+// Records a registration of a GPU communicator.
+ncclResult_t record(ncclComm* comm, void* buff, size_t size, bool window, int flags, ncclComm::Registration** out) {
   auto* r = new ncclComm::Registration{comm, buff, size, window, flags};
   std::lock_guard<std::mutex> g(comm->mutex);
   comm->registrations.push_back(r);
   *out = r;
   return ncclSuccess;
+}
+
+// A window's checks, as NCCL's (and a plain registration's on the host datapath): a buffer and a size.
+ncclResult_t add_registration(ncclComm* comm, const char* fn, void* buff, size_t size, bool window, int flags,
+                              ncclComm::Registration** out) {
+  if (buff == nullptr || size == 0)
+    return fail(comm, ncclInvalidArgument, fmt::format("{}: buffer {} of {} bytes cannot be registered", fn, buff, size));
+  if (comm->device < 0) return needs_gpu(comm, fn);
+  return record(comm, buff, size, window, flags, out);
 }
 
 // The registration (window or not) behind a handle, or end(). Call with comm->mutex held.
@@ -185,12 +191,49 @@ NCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
 #endif
 }
 
+// As NCCL 2.30.7's on a GPU: with NCCL_LOCAL_REGISTER=0 nothing is registered (a NULL handle);
+// under NCCL_CHECK_MODE the buffer must be memory a device can address, this communicator's device's
+// if device memory; with cuMem on, the driver must know every byte of it as CUDA memory
+// (ncclUnhandledCudaError otherwise), and host memory is not registered (a NULL handle). NCCL
+// crashes on a NULL handle, and checks no communicator where it registers nothing; here both are
+// checked first.
 NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size, void** handle) {
-  if (ncclResult_t r = check_comm("ncclCommRegister", comm); r != ncclSuccess) return r;
+  const char* fn = "ncclCommRegister";
+  if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess) return r;
   if (handle == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommRegister: handle is NULL");
   *handle = nullptr;
+  if (comm->device >= 0 && !config().local_register) {
+    log::info(log::kReg, "Skipping registration for buffer {} size {} (LocalRegister=0)", buff, size);
+    return ncclSuccess;
+  }
+#if defined(PURLIN_HAVE_CUDA)
+  if (comm->device >= 0) {
+    if (comm->check_mode != CheckMode::off) {
+      const PointerFacts f = cuda_pointer_facts(buff);
+      if (!f.valid) return fail(comm, ncclInvalidArgument, fmt::format("{}: buff {} is not a valid pointer", fn, buff));
+      if (f.device >= 0 && f.device != comm->device)
+        return fail(comm, ncclInvalidArgument, fmt::format("{}: buff {} is memory of device {}, the communicator's is "
+                                                           "device {}", fn, buff, f.device, comm->device));
+    }
+    if (!config().cumem_disabled) {
+      bool host = false;
+      if (cuda::registration_span(buff, size, &host) != Status::ok)
+        return fail(comm, ncclUnhandledCudaError,
+                    fmt::format("{}: buffer {} of {} bytes: {}", fn, buff, size, last_error()));
+      if (host) {
+        log::info(log::kReg, "Skipping registration for buffer {} size {} since it contains segments backed by CPU "
+                  "memory", buff, size);
+        return ncclSuccess;
+      }
+    }
+    ncclComm::Registration* reg = nullptr;
+    if (ncclResult_t r = record(comm, buff, size, false, 0, &reg); r != ncclSuccess) return r;
+    *handle = reg;
+    return ncclSuccess;
+  }
+#endif
   ncclComm::Registration* reg = nullptr;
-  if (ncclResult_t r = add_registration(comm, "ncclCommRegister", buff, size, false, 0, &reg); r != ncclSuccess) return r;
+  if (ncclResult_t r = add_registration(comm, fn, buff, size, false, 0, &reg); r != ncclSuccess) return r;
   *handle = reg;
   return ncclSuccess;
 }
@@ -218,8 +261,7 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size
   if (ncclResult_t r = check_comm("ncclCommWindowRegister", comm); r != ncclSuccess) return r;
   if (win == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommWindowRegister: win is NULL");
   *win = nullptr;
-  if (winFlags != NCCL_WIN_DEFAULT && winFlags != NCCL_WIN_COLL_SYMMETRIC)
-    return fail(comm, ncclInvalidArgument, fmt::format("ncclCommWindowRegister: invalid flags {:#x}", winFlags));
+  // Any flags, as NCCL takes them (2.30's NCCL_WIN_STRICT_ORDERING among them): it checks none.
   ncclComm::Registration* reg = nullptr;
   if (ncclResult_t r = add_registration(comm, "ncclCommWindowRegister", buff, size, true, winFlags, &reg); r != ncclSuccess)
     return r;

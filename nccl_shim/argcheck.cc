@@ -70,18 +70,32 @@ ncclResult_t check_coll_args(const CollCheck& c, DataType* type, ReduceOp* op) {
       return fail(comm, ncclInvalidArgument, fmt::format("{}: sendbuff is NULL with count {}", c.fn, c.count));
     if (c.recv_needed && c.recv == nullptr)
       return fail(comm, ncclInvalidArgument, fmt::format("{}: recvbuff is NULL with count {}", c.fn, c.count));
-    // Memory of another GPU: checked, as NCCL does, only under NCCL_CHECK_POINTERS=1 (a driver query
-    // per buffer and call); otherwise the kernels fault on it.
-    if (comm->device >= 0 && config().check_pointers) {
-      for (auto [what, ptr, needed] : {std::tuple{"sendbuff", c.send, c.send_needed}, std::tuple{"recvbuff", c.recv, c.recv_needed}}) {
-        const int d = needed ? cuda_pointer_device(ptr) : -1;
-        if (d >= 0 && d != comm->device)
-          return fail(comm, ncclInvalidArgument, fmt::format("{}: {} {} is memory of device {}, the communicator's is device {}",
-                                                             c.fn, what, ptr, d, comm->device));
-      }
-    }
   }
   return ncclSuccess;
+}
+
+// NCCL_CHECK_MODE's check of the buffers asked about (send, recv): a driver query per buffer and
+// call, so off by default, as in NCCL; without it the kernels fault on memory no device can address
+// or on another device's. Not on the host datapath, whose buffers are host memory.
+ncclResult_t probe(const CollCheck& c, bool send, bool recv) {
+  ncclComm* comm = c.comm;
+  if (comm->check_mode == CheckMode::off || comm->device < 0) return ncclSuccess;
+  for (auto [what, ptr, asked] : {std::tuple{"sendbuff", c.send, send}, std::tuple{"recvbuff", c.recv, recv}}) {
+    if (!asked) continue;
+    const PointerFacts f = cuda_pointer_facts(ptr);
+    if (!f.valid) return fail(comm, ncclInvalidArgument, fmt::format("{}: {} {} is not a valid pointer", c.fn, what, ptr));
+    if (f.device >= 0 && f.device != comm->device)
+      return fail(comm, ncclInvalidArgument, fmt::format("{}: {} {} is memory of device {}, the communicator's is device {}",
+                                                         c.fn, what, ptr, f.device, comm->device));
+  }
+  return ncclSuccess;
+}
+
+// A collective's or Send/Recv's checks, NCCL's pointer checks last (as its ArgsCheck orders them).
+ncclResult_t coll_args(const CollCheck& c, DataType* type, ReduceOp* op) {
+  if (ncclResult_t r = check_coll_args(c, type, op); r != ncclSuccess) return r;
+  if (c.p2p) return probe(c, c.send_needed && c.count > 0, c.recv_needed && c.count > 0);
+  return probe(c, c.probe_send, c.probe_recv);
 }
 
 // A V collective's counts and displacements of one buffer, one of each per rank: both given, and
@@ -119,7 +133,7 @@ ncclResult_t all_gather_v_args(const CollCheck& c, const size_t* recvcounts, con
     return fail(c.comm, ncclInvalidArgument,
                 fmt::format("{}: recvcounts[{}] = {} differs from sendcount {}", c.fn, me, recvcounts[me], c.count));
   if (c.recv == nullptr && any(recvcounts, c.comm->nranks)) return null_buffer(c, "recvbuff", "recvcounts");
-  return ncclSuccess;
+  return probe(c, c.count > 0, any(recvcounts, c.comm->nranks));
 }
 
 ncclResult_t reduce_scatter_v_args(const CollCheck& c, const size_t* recvcounts, const size_t* senddispls,
@@ -132,7 +146,7 @@ ncclResult_t reduce_scatter_v_args(const CollCheck& c, const size_t* recvcounts,
   if (c.recv == nullptr && recvcounts[me] > 0)
     return fail(c.comm, ncclInvalidArgument, fmt::format("{}: recvbuff is NULL with recvcounts[{}] {}", c.fn, me,
                                                          recvcounts[me]));
-  return ncclSuccess;
+  return probe(c, any(recvcounts, c.comm->nranks), recvcounts[me] > 0);
 }
 
 // An AlltoAllV's partitions of one rank: none it sends may share a byte with one it receives, as
@@ -178,6 +192,8 @@ ncclResult_t all_to_all_v_args(const CollCheck& c, const size_t* sendcounts, con
   if (ncclResult_t r = check_parts(c, *type, "recvcounts", recvcounts, "rdispls", rdispls); r != ncclSuccess) return r;
   if (c.send == nullptr && any(sendcounts, c.comm->nranks)) return null_buffer(c, "sendbuff", "sendcounts");
   if (c.recv == nullptr && any(recvcounts, c.comm->nranks)) return null_buffer(c, "recvbuff", "recvcounts");
+  if (ncclResult_t r = probe(c, any(sendcounts, c.comm->nranks), any(recvcounts, c.comm->nranks)); r != ncclSuccess)
+    return r;
   return parts_apart(c, size_of(*type), sendcounts, sdispls, recvcounts, rdispls);
 }
 
@@ -218,7 +234,7 @@ ncclResult_t passed(const CollCheck& c, ncclResult_t r) {
 
 ncclResult_t check_coll(const CollCheck& c, DataType* type, ReduceOp* op) {
   if (ncclResult_t r = check_caller(c); r != ncclSuccess) return group_failed(r);
-  return passed(c, check_coll_args(c, type, op));
+  return passed(c, coll_args(c, type, op));
 }
 
 ncclResult_t check_all_gather_v(const CollCheck& c, const size_t* recvcounts, const size_t* displs, DataType* type) {

@@ -29,6 +29,11 @@ struct CollCheck {
   bool recv_needed = true;
   std::size_t send_factor = 1; // elements in the send buffer = count * send_factor
   std::size_t recv_factor = 1;
+  // Under NCCL_CHECK_MODE (or NCCL_CHECK_POINTERS=1), the buffers asked about as NCCL's ArgsCheck
+  // asks: a collective's whatever its count (Broadcast's send buffer and Reduce's receive buffer on
+  // the root only), a Send's or Recv's when it has elements.
+  bool probe_send = true;
+  bool probe_recv = true;
 };
 
 // On success fills the element type and the reduction the datapath will apply. A failure fails

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/config.h"
 #include "core/status.h"
 #include "core/types.h"
 #include "snac/runtime/communicator.h"
@@ -37,6 +38,7 @@ struct ncclComm {
   int nranks = 0;
   int device = -1;
   bool blocking = true;
+  purlin::CheckMode check_mode = purlin::CheckMode::off;  // NCCL_CHECK_MODE as it was at this comm's creation
   int children = 0;  // splits and grows called on this comm, NOCOLOR splits too: NCCL's childCount
   // ncclInProgress while work of a non-blocking call runs, else ncclSuccess or an error that
   // broke the communicator outside impl (its init failed). ncclCommGetAsyncError adds impl's.

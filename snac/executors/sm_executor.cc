@@ -573,7 +573,8 @@ class SmExecutor final : public Executor {
     last_local_.store(true, std::memory_order_relaxed);
     if (dst == src || bytes == 0) return Status::ok;
     last_stream_used_ = true;
-    return cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
+    // Default: the buffers may be any memory the device addresses (pinned host memory too).
+    return cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)),
                        "cudaMemcpyAsync(one rank)");
   }
 

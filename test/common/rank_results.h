@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <string>
 
 #include "test/common/ranks.h"
 
@@ -89,6 +90,33 @@ inline int finish(const Totals& t) {
   const int failed = t.passed + t.failed == 0 ? 1 : t.failed;
   std::printf("%d passed, %d failed\n", t.passed, failed);
   return failed ? 1 : 0;
+}
+
+// A one-process test's settings, each in a child of its own, in turn (the library reads its
+// environment once per process, and a process that initialised CUDA cannot hand it to a fork: only
+// the children touch CUDA). child(i) returns 0 when every check passed and kNoDevice where there is
+// no CUDA device, which ends the run as skipped; each child counts as one check, named by name(i).
+constexpr int kNoDevice = 77;
+
+template <class Child, class Name>
+int run_children(int count, Child child, Name name, int limit_s = 120) {
+  Totals totals;
+  for (int i = 0; i < count; ++i) {
+    ranks::Wait w;
+    w.deadline = ranks::Clock::now() + ranks::seconds(limit_s);
+    const ranks::Outcome o = ranks::run(1, [&](int) { return child(i); }, w)[0];
+    if (o.exit_code() == kNoDevice) {
+      totals.skipped = true;
+      break;
+    }
+    if (o.ok()) {
+      ++totals.passed;
+    } else {
+      std::printf("FAIL %s: %s\n", std::string(name(i)).c_str(), ranks::describe(o).c_str());
+      ++totals.failed;
+    }
+  }
+  return finish(totals);
 }
 
 }  // namespace rank_results

@@ -135,6 +135,53 @@ TEST_CASE("PURLIN_NVLS=1 never overrides NCCL_NVLS_ENABLE=0", "[core][config]") 
   }
 }
 
+TEST_CASE("NCCL's integer variables read as NCCL's parameters read them", "[core][config]") {
+  using purlin::nccl_int;
+  CHECK(nccl_int(std::nullopt, 7) == 7);
+  CHECK(nccl_int(std::string(""), 7) == 7);
+  CHECK(nccl_int(std::string("1"), 0) == 1);
+  CHECK(nccl_int(std::string("0x1"), 0) == 1);    // base 0, as NCCL's strtoll
+  CHECK(nccl_int(std::string("010"), 0) == 8);
+  CHECK(nccl_int(std::string("1abc"), 0) == 1);   // the digits strtoll can read
+  CHECK(nccl_int(std::string("abc"), 5) == 0);    // no digits: 0, not the default
+  CHECK(nccl_int(std::string("-2"), 0) == -2);
+  CHECK(nccl_int(std::string("99999999999999999999"), 3) == 3);  // out of range: the default
+  {
+    Env e{{"NCCL_CHECK_POINTERS", "0x1"}, {"NCCL_LOCAL_REGISTER", "0"}};
+    const purlin::Config c = purlin::read_environment();
+    CHECK(c.check_pointers);
+    CHECK_FALSE(c.local_register);
+  }
+  {
+    Env e{{"NCCL_CHECK_POINTERS", "2"}, {"NCCL_LOCAL_REGISTER", nullptr}};
+    const purlin::Config c = purlin::read_environment();
+    CHECK_FALSE(c.check_pointers);  // NCCL compares it with 1
+    CHECK(c.local_register);
+  }
+}
+
+TEST_CASE("NCCL_CHECK_MODE names a mode in any case and overrides NCCL_CHECK_POINTERS", "[core][config]") {
+  using purlin::CheckMode;
+  using purlin::check_mode_from;
+  CHECK(check_mode_from(false, std::nullopt) == CheckMode::off);
+  CHECK(check_mode_from(true, std::nullopt) == CheckMode::local);
+  CHECK(check_mode_from(false, std::string("DEBUG_LOCAL")) == CheckMode::local);
+  CHECK(check_mode_from(false, std::string("debug_global")) == CheckMode::global);
+  CHECK(check_mode_from(true, std::string("Debug_Global")) == CheckMode::global);
+  CHECK(check_mode_from(true, std::string("DEBUG")) == CheckMode::local);  // unknown: NCCL_CHECK_POINTERS decides
+  CHECK(check_mode_from(false, std::string("DEBUG")) == CheckMode::off);
+  CHECK(check_mode_from(false, std::string("")) == CheckMode::off);
+  {
+    // Read anew at every call, as NCCL reads it at every init.
+    Env e{{"NCCL_CHECK_MODE", "DEBUG_LOCAL"}};
+    CHECK(purlin::check_mode_now() == CheckMode::local);
+  }
+  {
+    Env e{{"NCCL_CHECK_MODE", "DEBUG_GLOBAL"}};
+    CHECK(purlin::check_mode_now() == CheckMode::global);
+  }
+}
+
 namespace {
 
 // A file of the given text for one scope.

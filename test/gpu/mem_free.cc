@@ -24,8 +24,6 @@
 
 namespace {
 
-constexpr int kNoGpu = 77;
-
 using tally::check;
 
 template <class Fn>
@@ -140,27 +138,14 @@ int without_cumem() {
 int main() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   loopback::use();
-  rank_results::Totals totals;
-  for (const bool cumem : {true, false}) {
-    // Only the children touch CUDA: a process that initialised CUDA cannot hand it to a fork.
-    ranks::Wait w;
-    w.deadline = ranks::Clock::now() + ranks::seconds(120);
-    const ranks::Outcome o = ranks::run(1, [&](int) {
-      if (!cumem) ::setenv("PURLIN_CUMEM", "0", 1);
-      int n = 0;
-      if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return kNoGpu;
-      return cumem ? with_cumem() : without_cumem();
-    }, w)[0];
-    if (o.exit_code() == kNoGpu) {
-      totals.skipped = true;
-      break;
-    }
-    if (o.ok()) {
-      ++totals.passed;
-    } else {
-      std::printf("FAIL the child with cuMem %s: %s\n", cumem ? "on" : "off", ranks::describe(o).c_str());
-      ++totals.failed;
-    }
-  }
-  return rank_results::finish(totals);
+  return rank_results::run_children(
+      2,
+      [](int i) {
+        const bool cumem = i == 0;
+        if (!cumem) ::setenv("PURLIN_CUMEM", "0", 1);
+        int n = 0;
+        if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return rank_results::kNoDevice;
+        return cumem ? with_cumem() : without_cumem();
+      },
+      [](int i) { return i == 0 ? "the child with cuMem on" : "the child with cuMem off"; });
 }

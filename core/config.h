@@ -119,8 +119,6 @@ std::vector<std::string> config_file_paths();
 // One file's lines, applied as above; returns how many variables it set (0 where it cannot be opened).
 int apply_config_file(const std::string& path);
 
-// A variable as the environment holds it now, after the configuration files (nullopt when unset):
-// for NCCL's parameter API, which reads its variables anew on every call as NCCL does.
 // The check mode a communicator created now takes, as NCCL 2.30 sets it at every init and split:
 // NCCL_CHECK_POINTERS (read once per process, as NCCL caches it) and, over it, NCCL_CHECK_MODE (read
 // anew). check_mode_from is the rule alone: `mode` DEBUG_LOCAL or DEBUG_GLOBAL in any case, any
@@ -130,6 +128,8 @@ CheckMode check_mode_now();
 // An integer variable as NCCL's parameters read one (strtoll in base 0, the digits it can read;
 // `fallback` when unset, empty or out of range).
 std::int64_t nccl_int(const std::optional<std::string>& text, std::int64_t fallback);
+// A variable as the environment holds it now, after the configuration files (nullopt when unset):
+// for NCCL's parameter API, which reads its variables anew on every call as NCCL does.
 std::optional<std::string> env_now(const char* name);
 
 // The process-wide configuration, read on first use.

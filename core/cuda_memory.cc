@@ -29,6 +29,7 @@ struct Vmm {
   decltype(&::cuPointerGetAttributes) attributes = nullptr;
   decltype(&::cuMemGetAddressRange) address_range = nullptr;
   decltype(&::cuMemGetAllocationPropertiesFromHandle) properties = nullptr;
+  decltype(&::cuPointerGetAttribute) attribute_of = nullptr;
   bool found = false;
 };
 
@@ -59,7 +60,9 @@ const Vmm& vmm() {
               entry("cuMemRetainAllocationHandle", &v.retain) && entry("cuPointerGetAttributes", &v.attributes);
     // Only ncclMemFree of another allocator's mapping needs it: its absence costs nothing else.
     entry("cuMemGetAddressRange", &v.address_range);
-    entry("cuMemGetAllocationPropertiesFromHandle", &v.properties);  // ncclCommRegister's look at a buffer only
+    // ncclCommRegister's look at a buffer only.
+    entry("cuMemGetAllocationPropertiesFromHandle", &v.properties);
+    entry("cuPointerGetAttribute", &v.attribute_of);
     return v;
   }();
   return v;
@@ -161,15 +164,24 @@ void ipc_close(void* ptr) {
   if (ptr) cudaIpcCloseMemHandle(ptr);
 }
 
-bool vmm_fd_supported(int device) {
+bool vmm_supported(int device) {
   const Vmm& v = vmm();
   if (!v.found) return false;
   CUdevice dev = 0;
-  int vmm_ok = 0, fd_ok = 0;
+  int vmm_ok = 0;
   if (v.device_get(&dev, device) != CUDA_SUCCESS) return false;
   if (v.attribute(&vmm_ok, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) != CUDA_SUCCESS) return false;
+  return vmm_ok != 0;
+}
+
+bool vmm_fd_supported(int device) {
+  if (!vmm_supported(device)) return false;
+  const Vmm& v = vmm();
+  CUdevice dev = 0;
+  int fd_ok = 0;
+  if (v.device_get(&dev, device) != CUDA_SUCCESS) return false;
   if (v.attribute(&fd_ok, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev) != CUDA_SUCCESS) return false;
-  return vmm_ok && fd_ok;
+  return fd_ok != 0;
 }
 
 Status vmm_alloc(int device, std::size_t bytes, VmmMapping* out) {
@@ -245,24 +257,22 @@ Status vmm_free_foreign(void* ptr) {
 Status registration_span(const void* ptr, std::size_t bytes, bool* host_backed) {
   *host_backed = false;
   const Vmm& v = vmm();
-  if (!v.found || !v.address_range || !v.properties)
+  if (!v.found || !v.address_range || !v.properties || !v.attribute_of)
     return fail(Status::cuda_error, "cuMem: the driver's virtual memory functions were not found");
   const auto at = reinterpret_cast<CUdeviceptr>(ptr);
   CUdeviceptr base = 0;
   std::size_t size = 0;
   PURLIN_TRY(drv(v.address_range(&base, &size, at), "cuMemGetAddressRange"));
+  // One attribute at a time, as NCCL asks: unlike cuPointerGetAttributes, it fails on an address
+  // the driver does not know.
   unsigned memory_type = 0;
-  CUpointer_attribute type_attr = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
-  void* type_out = &memory_type;
-  PURLIN_TRY(drv(v.attributes(1, &type_attr, &type_out, at), "cuPointerGetAttributes"));
+  PURLIN_TRY(drv(v.attribute_of(&memory_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, at), "cuPointerGetAttribute"));
   if (memory_type == CU_MEMORYTYPE_HOST) {
     *host_backed = true;
     return Status::ok;
   }
   int legacy = 0;
-  CUpointer_attribute legacy_attr = CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE;
-  void* legacy_out = &legacy;
-  PURLIN_TRY(drv(v.attributes(1, &legacy_attr, &legacy_out, base), "cuPointerGetAttributes"));
+  PURLIN_TRY(drv(v.attribute_of(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, base), "cuPointerGetAttribute"));
   if (legacy) return Status::ok;  // cudaMalloc memory: one allocation, as the driver sees it
   // cuMem: every mapping the span touches, in order.
   const CUdeviceptr end = at + bytes;

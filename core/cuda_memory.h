@@ -32,6 +32,8 @@ struct VmmMapping {
   std::size_t bytes = 0;           // mapped size, a multiple of the allocation granularity
   unsigned long long handle = 0;   // CUmemGenericAllocationHandle
 };
+// Whether `device` has cuMem (virtual memory management), as NCCL asks before it uses it.
+bool vmm_supported(int device);
 // Whether `device` can export cuMem allocations as POSIX file descriptors.
 bool vmm_fd_supported(int device);
 // Zero-filled memory of at least `bytes` on `device`, mapped for it and exportable.

@@ -171,19 +171,23 @@ int gpu_arch(int device) {
 #endif
 }
 
-PointerFacts cuda_pointer_facts(const void* ptr) {
+PointerFacts cuda_pointer_facts(const void* ptr, int device) {
   PointerFacts f;
 #if defined(PURLIN_HAVE_CUDA)
   if (cuda_device_count() == 0) return f;
+  const int before = cuda_current_device();
+  const bool switched = device >= 0 && device != before && cuda_set_current_device(device);
   cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
+  if (cudaPointerGetAttributes(&a, ptr) == cudaSuccess) {
+    f.valid = a.devicePointer != nullptr;
+    f.device = a.type == cudaMemoryTypeDevice ? a.device : -1;
+  } else {
     cudaGetLastError();
-    return f;
   }
-  f.valid = a.devicePointer != nullptr;
-  f.device = a.type == cudaMemoryTypeDevice ? a.device : -1;
+  if (switched && before >= 0) cuda_set_current_device(before);
 #else
   (void)ptr;
+  (void)device;
 #endif
   return f;
 }

@@ -30,13 +30,14 @@ int gpu_sm_count(int device);
 // A device's compute capability as 10 * major + minor (90 for sm_90); 0 for none.
 int gpu_arch(int device);
 // What NCCL's pointer check (NCCL_CHECK_MODE) learns of `ptr` from one cudaPointerGetAttributes,
-// about a microsecond: whether a device can address it (device, pinned host or managed memory; not
-// NULL, pageable host memory or freed memory), and the device whose memory it is (-1: no device's).
-// Without CUDA nothing is valid.
+// about a microsecond, asked as `device` (made the calling thread's device for the query, as NCCL
+// does, and the thread's own put back): whether that device can address it (its memory, a peer's
+// it may reach, pinned host or managed memory; not NULL, pageable host memory or freed memory), and
+// the device whose memory it is (-1: no device's). Without CUDA nothing is valid.
 struct PointerFacts {
   bool valid = false;
   int device = -1;
 };
-PointerFacts cuda_pointer_facts(const void* ptr);
+PointerFacts cuda_pointer_facts(const void* ptr, int device);
 
 }  // namespace purlin

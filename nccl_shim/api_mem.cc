@@ -209,13 +209,13 @@ NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size
 #if defined(PURLIN_HAVE_CUDA)
   if (comm->device >= 0) {
     if (comm->check_mode != CheckMode::off) {
-      const PointerFacts f = cuda_pointer_facts(buff);
+      const PointerFacts f = cuda_pointer_facts(buff, -1);  // as NCCL: the thread's own device
       if (!f.valid) return fail(comm, ncclInvalidArgument, fmt::format("{}: buff {} is not a valid pointer", fn, buff));
       if (f.device >= 0 && f.device != comm->device)
         return fail(comm, ncclInvalidArgument, fmt::format("{}: buff {} is memory of device {}, the communicator's is "
                                                            "device {}", fn, buff, f.device, comm->device));
     }
-    if (!config().cumem_disabled) {
+    if (!config().cumem_disabled && cuda::vmm_supported(comm->device)) {
       bool host = false;
       if (cuda::registration_span(buff, size, &host) != Status::ok)
         return fail(comm, ncclUnhandledCudaError,

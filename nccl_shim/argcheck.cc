@@ -82,7 +82,7 @@ ncclResult_t probe(const CollCheck& c, bool send, bool recv) {
   if (comm->check_mode == CheckMode::off || comm->device < 0) return ncclSuccess;
   for (auto [what, ptr, asked] : {std::tuple{"sendbuff", c.send, send}, std::tuple{"recvbuff", c.recv, recv}}) {
     if (!asked) continue;
-    const PointerFacts f = cuda_pointer_facts(ptr);
+    const PointerFacts f = cuda_pointer_facts(ptr, comm->device);
     if (!f.valid) return fail(comm, ncclInvalidArgument, fmt::format("{}: {} {} is not a valid pointer", c.fn, what, ptr));
     if (f.device >= 0 && f.device != comm->device)
       return fail(comm, ncclInvalidArgument, fmt::format("{}: {} {} is memory of device {}, the communicator's is device {}",

@@ -220,7 +220,7 @@ class InputCopy {
       cudaError_t e = cudaMallocAsync(&p, op.input_bytes, stream);
       if (e == cudaSuccess) {
         device_ptr_ = p;
-        e = cudaMemcpyAsync(p, from, op.input_bytes, cudaMemcpyDeviceToDevice, stream);
+        e = cudaMemcpyAsync(p, from, op.input_bytes, cudaMemcpyDefault, stream);
       }
       if (e != cudaSuccess) {
         cudaGetLastError();

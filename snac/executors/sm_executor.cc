@@ -557,7 +557,7 @@ class SmExecutor final : public Executor {
     for (int i = 0; i < a.nout; ++i) a.out[i] = op.out[i];
     if (op.copy_input) {
       PURLIN_TRY(ensure_copy(op.input_bytes));
-      PURLIN_TRY(cuda::check(cudaMemcpyAsync(copy_, op.in.front().ptr, op.input_bytes, cudaMemcpyDeviceToDevice, stream),
+      PURLIN_TRY(cuda::check(cudaMemcpyAsync(copy_, op.in.front().ptr, op.input_bytes, cudaMemcpyDefault, stream),
                              "cudaMemcpyAsync(private input)"));
       for (int i = 0; i < a.nin; ++i) a.in[i].ptr = copy_ + (op.in[i].ptr - op.in.front().ptr);
     }

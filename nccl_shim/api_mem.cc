@@ -202,38 +202,27 @@ NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size
   if (ncclResult_t r = check_comm(fn, comm); r != ncclSuccess) return r;
   if (handle == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommRegister: handle is NULL");
   *handle = nullptr;
-  if (comm->device >= 0 && !config().local_register) {
+  ncclComm::Registration* reg = nullptr;
+  if (comm->device < 0) return add_registration(comm, fn, buff, size, false, 0, &reg);  // the host datapath's codes
+  if (!config().local_register) {
     log::info(log::kReg, "Skipping registration for buffer {} size {} (LocalRegister=0)", buff, size);
     return ncclSuccess;
   }
+  // As NCCL: asked as the thread's own device.
+  if (ncclResult_t r = check_pointer(comm, fn, "buff", buff, -1); r != ncclSuccess) return r;
 #if defined(PURLIN_HAVE_CUDA)
-  if (comm->device >= 0) {
-    if (comm->check_mode != CheckMode::off) {
-      const PointerFacts f = cuda_pointer_facts(buff, -1);  // as NCCL: the thread's own device
-      if (!f.valid) return fail(comm, ncclInvalidArgument, fmt::format("{}: buff {} is not a valid pointer", fn, buff));
-      if (f.device >= 0 && f.device != comm->device)
-        return fail(comm, ncclInvalidArgument, fmt::format("{}: buff {} is memory of device {}, the communicator's is "
-                                                           "device {}", fn, buff, f.device, comm->device));
+  if (!config().cumem_disabled && cuda::vmm_supported(comm->device)) {
+    bool host = false;
+    if (cuda::registration_span(buff, size, &host) != Status::ok)
+      return fail(comm, ncclUnhandledCudaError, fmt::format("{}: buffer {} of {} bytes: {}", fn, buff, size, last_error()));
+    if (host) {
+      log::info(log::kReg, "Skipping registration for buffer {} size {} since it contains segments backed by CPU memory",
+                buff, size);
+      return ncclSuccess;
     }
-    if (!config().cumem_disabled && cuda::vmm_supported(comm->device)) {
-      bool host = false;
-      if (cuda::registration_span(buff, size, &host) != Status::ok)
-        return fail(comm, ncclUnhandledCudaError,
-                    fmt::format("{}: buffer {} of {} bytes: {}", fn, buff, size, last_error()));
-      if (host) {
-        log::info(log::kReg, "Skipping registration for buffer {} size {} since it contains segments backed by CPU "
-                  "memory", buff, size);
-        return ncclSuccess;
-      }
-    }
-    ncclComm::Registration* reg = nullptr;
-    if (ncclResult_t r = record(comm, buff, size, false, 0, &reg); r != ncclSuccess) return r;
-    *handle = reg;
-    return ncclSuccess;
   }
 #endif
-  ncclComm::Registration* reg = nullptr;
-  if (ncclResult_t r = add_registration(comm, fn, buff, size, false, 0, &reg); r != ncclSuccess) return r;
+  if (ncclResult_t r = record(comm, buff, size, false, 0, &reg); r != ncclSuccess) return r;
   *handle = reg;
   return ncclSuccess;
 }

@@ -5,7 +5,6 @@
 #include <limits>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -74,21 +73,13 @@ ncclResult_t check_coll_args(const CollCheck& c, DataType* type, ReduceOp* op) {
   return ncclSuccess;
 }
 
-// NCCL_CHECK_MODE's check of the buffers asked about (send, recv): a driver query per buffer and
-// call, so off by default, as in NCCL; without it the kernels fault on memory no device can address
-// or on another device's. Not on the host datapath, whose buffers are host memory.
+// NCCL_CHECK_MODE's check of the buffers asked about (send, recv), as the communicator's device
+// (NCCL switches to it first): a driver query per buffer and call, so off by default, as in NCCL;
+// without it the kernels fault on memory no device can address or on another device's.
 ncclResult_t probe(const CollCheck& c, bool send, bool recv) {
-  ncclComm* comm = c.comm;
-  if (comm->check_mode == CheckMode::off || comm->device < 0) return ncclSuccess;
-  for (auto [what, ptr, asked] : {std::tuple{"sendbuff", c.send, send}, std::tuple{"recvbuff", c.recv, recv}}) {
-    if (!asked) continue;
-    const PointerFacts f = cuda_pointer_facts(ptr, comm->device);
-    if (!f.valid) return fail(comm, ncclInvalidArgument, fmt::format("{}: {} {} is not a valid pointer", c.fn, what, ptr));
-    if (f.device >= 0 && f.device != comm->device)
-      return fail(comm, ncclInvalidArgument, fmt::format("{}: {} {} is memory of device {}, the communicator's is device {}",
-                                                         c.fn, what, ptr, f.device, comm->device));
-  }
-  return ncclSuccess;
+  if (send)
+    if (ncclResult_t r = check_pointer(c.comm, c.fn, "sendbuff", c.send, c.comm->device); r != ncclSuccess) return r;
+  return recv ? check_pointer(c.comm, c.fn, "recvbuff", c.recv, c.comm->device) : ncclSuccess;
 }
 
 // A collective's or Send/Recv's checks, NCCL's pointer checks last (as its ArgsCheck orders them).
@@ -231,6 +222,16 @@ ncclResult_t passed(const CollCheck& c, ncclResult_t r) {
 }
 
 }  // namespace
+
+ncclResult_t check_pointer(ncclComm* comm, const char* fn, const char* what, const void* ptr, int as_device) {
+  if (comm->check_mode == CheckMode::off || comm->device < 0) return ncclSuccess;
+  const PointerFacts f = cuda_pointer_facts(ptr, as_device);
+  if (!f.valid) return fail(comm, ncclInvalidArgument, fmt::format("{}: {} {} is not a valid pointer", fn, what, ptr));
+  if (f.device >= 0 && f.device != comm->device)
+    return fail(comm, ncclInvalidArgument, fmt::format("{}: {} {} is memory of device {}, the communicator's is device {}",
+                                                       fn, what, ptr, f.device, comm->device));
+  return ncclSuccess;
+}
 
 ncclResult_t check_coll(const CollCheck& c, DataType* type, ReduceOp* op) {
   if (ncclResult_t r = check_caller(c); r != ncclSuccess) return group_failed(r);

@@ -41,6 +41,12 @@ struct CollCheck {
 // communicator also puts it in that error state, as NCCL does (abort it).
 ncclResult_t check_coll(const CollCheck& c, DataType* type, ReduceOp* op);
 
+// NCCL_CHECK_MODE's check of one buffer of `fn` (named `what`), as NCCL's CudaPtrCheck: memory
+// `as_device` can address (-1: the calling thread's device), and the communicator's device's where
+// it is device memory; ncclInvalidArgument otherwise. Nothing is asked with the mode off or on the
+// host datapath.
+ncclResult_t check_pointer(ncclComm* comm, const char* fn, const char* what, const void* ptr, int as_device);
+
 // The V collectives of include/purlin/purlin.h: check_coll's checks (c.count is AllGatherV's
 // sendcount, 0 for the others) and those of the per-rank counts and displacements, in elements,
 // with the same effect on a failure.
